@@ -1,0 +1,204 @@
+"""Read and write snapshot folders (docs/SNAPSHOT.md): the Parquet schemas, the manifest, the fingerprint.
+
+Everything downstream (Spark risk job, optimizer, UI) goes through `read_snapshot`, so a folder from an
+incompatible version is refused in one place with a clear error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from planner.errors import BadInput
+
+FORMAT = "kplan-snapshot/1"
+
+INT_LIST = pa.list_(pa.int32())
+
+PARTITIONS_SCHEMA = pa.schema(
+    [
+        ("topic", pa.dictionary(pa.int32(), pa.string())),
+        ("partition", pa.int32()),
+        ("replicas", INT_LIST),
+        ("adding_replicas", INT_LIST),
+        ("removing_replicas", INT_LIST),
+        ("target_replicas", INT_LIST),
+        ("has_state", pa.bool_()),
+        ("leader", pa.int32()),
+        ("leader_epoch", pa.int32()),
+        ("isr", INT_LIST),
+        ("controller_epoch", pa.int32()),
+        ("leader_recovery_state", pa.int8()),
+        ("state_version", pa.int32()),
+        ("size_bytes", pa.int64()),
+    ]
+)
+
+TOPICS_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("topic_id", pa.string()),
+        ("znode_version", pa.int8()),
+        ("partitions", pa.int32()),
+        ("replication_factor", pa.int32()),
+        ("min_insync_replicas", pa.int32()),
+        ("unclean_leader_election", pa.bool_()),
+        ("config", pa.string()),
+        ("leader_throttled_replicas", pa.string()),
+        ("follower_throttled_replicas", pa.string()),
+        ("queued_for_deletion", pa.bool_()),
+    ]
+)
+
+BROKERS_SCHEMA = pa.schema(
+    [
+        ("broker", pa.int32()),
+        ("alive", pa.bool_()),
+        ("rack", pa.string()),
+        ("host", pa.string()),
+        ("port", pa.int32()),
+        ("endpoints", pa.list_(pa.string())),
+        ("epoch", pa.int64()),
+        ("registration_version", pa.int8()),
+        ("is_controller", pa.bool_()),
+        ("config", pa.string()),
+        ("leader_throttle_rate", pa.int64()),
+        ("follower_throttle_rate", pa.int64()),
+    ]
+)
+
+SCHEMAS = {"partitions": PARTITIONS_SCHEMA, "topics": TOPICS_SCHEMA, "brokers": BROKERS_SCHEMA}
+
+
+@dataclass
+class Snapshot:
+    path: Path | None
+    manifest: dict[str, Any]
+    brokers: pa.Table
+    topics: pa.Table
+    partitions: pa.Table
+
+    @property
+    def fingerprint(self) -> str:
+        return self.manifest["fingerprint"]
+
+    def replica_matrix(self, column: str = "replicas") -> np.ndarray:
+        """The list column as a (partitions × max length) int32 matrix padded with -1."""
+        return list_to_matrix(self.partitions.column(column))
+
+    def broker_ids(self, alive_only: bool = False) -> np.ndarray:
+        ids = self.brokers.column("broker").to_numpy()
+        if alive_only:
+            ids = ids[self.brokers.column("alive").to_numpy(zero_copy_only=False)]
+        return np.sort(ids)
+
+
+def list_to_matrix(col: pa.ChunkedArray | pa.Array, width: int | None = None) -> np.ndarray:
+    """Turn a list<int32> column into a dense int32 matrix padded with -1 (nulls become empty rows)."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    n = len(arr)
+    if arr.null_count:
+        arr = pc.fill_null(arr, pa.scalar([], type=arr.type))
+    offsets = arr.offsets.to_numpy()
+    offsets = offsets - offsets[0]
+    values = arr.flatten().to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+    lengths = np.diff(offsets)
+    w = int(lengths.max()) if n and width is None else (width or 0)
+    out = np.full((n, w), -1, dtype=np.int32)
+    if n and len(values):
+        rows = np.repeat(np.arange(n), lengths)
+        cols = np.arange(len(values)) - np.repeat(offsets[:-1], lengths)
+        out[rows, cols] = values
+    return out
+
+
+def matrix_to_list(m: np.ndarray) -> pa.Array:
+    """Inverse of list_to_matrix: -1 entries are dropped (they must be trailing)."""
+    m = np.asarray(m, dtype=np.int32)
+    valid = m >= 0
+    lengths = valid.sum(axis=1)
+    offsets = np.zeros(len(m) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(m[valid], type=pa.int32()))
+
+
+def assignment_fingerprint(topics: pa.Array | pa.ChunkedArray, partitions: np.ndarray,
+                           replicas: pa.Array | pa.ChunkedArray) -> str:
+    """sha256 over `topic\\tpartition\\tr1,r2\\n` lines in (topic, partition) order (docs/SNAPSHOT.md)."""
+    t = pc.cast(topics, pa.string()) if pa.types.is_dictionary(topics.type) else topics
+    order = pc.sort_indices(pa.table({"t": t, "p": partitions}), sort_keys=[("t", "ascending"),
+                                                                            ("p", "ascending")])
+    t = pc.take(t, order)
+    p = pc.take(pa.array(partitions), order)
+    r = pc.take(replicas, order)
+    # Join each replica list with commas: cast the values to strings, rebuild the lists, join.
+    r = r.combine_chunks() if isinstance(r, pa.ChunkedArray) else r
+    r = pc.fill_null(r, pa.scalar([], type=r.type))
+    as_str = pa.ListArray.from_arrays(r.offsets, pc.cast(r.flatten(), pa.string()))
+    joined = pc.binary_join(as_str, ",")
+    lines = pc.binary_join_element_wise(t, pc.cast(p, pa.string()), joined, "\t")
+    h = hashlib.sha256()
+    lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
+    # Hash in chunks to keep memory flat on a million partitions.
+    step = 200_000
+    for start in range(0, len(lines), step):
+        chunk = lines.slice(start, step)
+        h.update(("\n".join(chunk.to_pylist()) + "\n").encode())
+    return "sha256:" + h.hexdigest()
+
+
+def _check_schema(name: str, table: pa.Table) -> pa.Table:
+    want = SCHEMAS[name]
+    missing = [f.name for f in want if f.name not in table.column_names]
+    if missing:
+        raise BadInput(f"{name}.parquet lacks columns {missing}: not a {FORMAT} snapshot")
+    try:
+        return table.select(want.names).cast(want)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise BadInput(f"{name}.parquet does not match the {FORMAT} schema: {e}") from None
+
+
+def write_snapshot(out: Path | str, manifest: dict[str, Any], brokers: pa.Table, topics: pa.Table,
+                   partitions: pa.Table) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = dict(manifest)
+    manifest["format"] = FORMAT
+    for name, table in (("brokers", brokers), ("topics", topics), ("partitions", partitions)):
+        table = _check_schema(name, table)
+        pq.write_table(table, out / f"{name}.parquet", compression="zstd")
+    tmp = out / "manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+    tmp.replace(out / "manifest.json")  # the manifest last: a folder with a manifest is complete
+    return out
+
+
+def read_snapshot(path: Path | str) -> Snapshot:
+    path = Path(path)
+    if not path.is_dir():
+        raise BadInput(f"snapshot folder {path} does not exist")
+    mf = path / "manifest.json"
+    if not mf.exists():
+        raise BadInput(f"{path} has no manifest.json: not a snapshot (or an unfinished one)")
+    try:
+        manifest = json.loads(mf.read_text())
+    except json.JSONDecodeError as e:
+        raise BadInput(f"{mf} is not valid JSON: {e}") from None
+    fmt = manifest.get("format")
+    if fmt != FORMAT:
+        raise BadInput(f"{path} is a snapshot of format {fmt!r}; this version reads {FORMAT!r}")
+    tables = {}
+    for name in SCHEMAS:
+        f = path / f"{name}.parquet"
+        if not f.exists():
+            raise BadInput(f"{path} lacks {name}.parquet")
+        tables[name] = _check_schema(name, pq.read_table(f))
+    return Snapshot(path, manifest, tables["brokers"], tables["topics"], tables["partitions"])
