@@ -129,7 +129,7 @@ class ZooKeeperServer:
     data_dir: Path
     port: int = 0
     host: str = "127.0.0.1"
-    heap_mb: int = 512
+    heap_mb: int = 1024
     force_sync: bool = False  # tests and the sandbox trade durability for speed; production ZK is not ours
     jute_maxbuffer: int = 4 * 1024 * 1024
     process: subprocess.Popen | None = field(default=None, repr=False)
@@ -167,6 +167,15 @@ class ZooKeeperServer:
                 ]
             )
         )
+        (self.data_dir / "log4j2.properties").write_text(
+            "status = error\n"
+            "appender.console.type = Console\n"
+            "appender.console.name = STDOUT\n"
+            "appender.console.layout.type = PatternLayout\n"
+            "appender.console.layout.pattern = %d{ISO8601} %-5p [%t] %c{1}: %m%n\n"
+            "rootLogger.level = warn\n"
+            "rootLogger.appenderRef.stdout.ref = STDOUT\n"
+        )
         return cfg
 
     def start(self, timeout: float = 60.0) -> ZooKeeperServer:
@@ -183,6 +192,7 @@ class ZooKeeperServer:
             f"-Djute.maxbuffer={self.jute_maxbuffer}",
             "-Dzookeeper.admin.enableServer=false",
             "-Dzookeeper.jmx.log4j.disable=true",
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             "-cp",
             f"{pyspark_jars_dir()}/*",
             MAIN_CLASS,

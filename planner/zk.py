@@ -1,0 +1,163 @@
+"""The one way the planner talks to ZooKeeper: kazoo sessions with bounded connect time, digest auth from
+the environment, chroot handling, and the cluster checks every command needs first.
+
+Credentials never come from code or arguments that end up in logs: `--zk-auth-env VAR` names an
+environment variable holding `user:password` (default `KPLAN_ZK_AUTH`); Airflow passes a connection's
+login/password the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import AuthFailedError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+from kazoo.security import make_digest_acl
+
+from planner import codec
+from planner.errors import BadInput, KraftMigration, NotAKafkaCluster, ZkUnavailable
+
+log = logging.getLogger(__name__)
+
+DEFAULT_AUTH_ENV = "KPLAN_ZK_AUTH"
+_HOSTS_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+(,[A-Za-z0-9_.\-\[\]:]+)*$")
+
+
+@dataclass(frozen=True)
+class ZkTarget:
+    """A parsed `HOST:PORT[,HOST:PORT...][/chroot]` connect string."""
+
+    hosts: str
+    chroot: str | None
+
+    @property
+    def connect_string(self) -> str:
+        return self.hosts + (self.chroot or "")
+
+    def __str__(self) -> str:
+        return self.connect_string
+
+
+def parse_connect(zk: str) -> ZkTarget:
+    if not zk or not isinstance(zk, str):
+        raise BadInput("a ZooKeeper connect string HOST:PORT[/chroot] is required")
+    hosts, sep, chroot = zk.partition("/")
+    if not _HOSTS_RE.match(hosts):
+        raise BadInput(f"bad ZooKeeper connect string {zk!r}: expected HOST:PORT[,HOST:PORT...][/chroot]")
+    for h in hosts.split(","):
+        port = h.rsplit(":", 1)[1] if ":" in h else "2181"
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise BadInput(f"bad port in ZooKeeper connect string {zk!r}")
+    chroot_path = None
+    if sep:
+        chroot_path = "/" + chroot.strip("/")
+        if chroot_path == "/":
+            chroot_path = None
+        elif "//" in chroot_path or any(part in (".", "..") for part in chroot_path.split("/")[1:]):
+            raise BadInput(f"bad chroot in ZooKeeper connect string {zk!r}")
+    return ZkTarget(hosts, chroot_path)
+
+
+def auth_from_env(env_var: str | None = None) -> tuple[str, str] | None:
+    """`user:password` from the named environment variable (default KPLAN_ZK_AUTH), or None."""
+    name = env_var or DEFAULT_AUTH_ENV
+    value = os.environ.get(name)
+    if value is None:
+        if env_var:
+            raise BadInput(f"environment variable {env_var} (ZooKeeper digest credentials) is not set")
+        return None
+    user, sep, password = value.partition(":")
+    if not sep or not user:
+        raise BadInput(f"{name} must hold digest credentials as user:password")
+    return user, password
+
+
+def connect(zk: str | ZkTarget, auth: tuple[str, str] | None = None, timeout: float = 10.0,
+            read_only: bool = False) -> KazooClient:
+    """Start a kazoo session or raise ZkUnavailable within about `timeout` seconds."""
+    target = parse_connect(zk) if isinstance(zk, str) else zk
+    auth_data = [("digest", f"{auth[0]}:{auth[1]}")] if auth else None
+    client = KazooClient(
+        hosts=target.connect_string,
+        timeout=max(timeout, 4.0),
+        connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=1.0),
+        command_retry=KazooRetry(max_tries=5, delay=0.1, max_delay=2.0),
+        auth_data=auth_data,
+        read_only=read_only,
+    )
+    try:
+        client.start(timeout=timeout)
+    except KazooTimeoutError:
+        _close(client)
+        raise ZkUnavailable(
+            f"could not connect to ZooKeeper at {target.hosts} within {timeout:.0f}s "
+            "(is it running and reachable?)"
+        ) from None
+    except AuthFailedError:
+        _close(client)
+        raise ZkUnavailable(f"ZooKeeper at {target.hosts} rejected the digest credentials") from None
+    return client
+
+
+def _close(client: KazooClient) -> None:
+    try:
+        client.stop()
+    finally:
+        client.close()
+
+
+@contextmanager
+def session(zk: str | ZkTarget, auth: tuple[str, str] | None = None, timeout: float = 10.0
+            ) -> Iterator[KazooClient]:
+    client = connect(zk, auth=auth, timeout=timeout)
+    try:
+        yield client
+    finally:
+        _close(client)
+
+
+def digest_acl(user: str, password: str):
+    """Full-permission digest ACL for `user` (what a secured cluster's znodes carry)."""
+    return make_digest_acl(user, password, all=True)
+
+
+def require_kafka(client: KazooClient, where: str = "") -> None:
+    """Refuse a chroot that holds no Kafka cluster (no /brokers/ids and no /brokers/topics)."""
+    has_ids = client.exists(codec.BROKER_IDS) is not None
+    has_topics = client.exists(codec.TOPICS) is not None
+    if not (has_ids or has_topics):
+        root = where or (client.chroot or "/")
+        raise NotAKafkaCluster(
+            f"no Kafka cluster at {root}: /brokers/ids and /brokers/topics are missing "
+            "(wrong chroot? Kafka's zookeeper.connect may end in a path like /kafka)"
+        )
+
+
+def kraft_migration_state(client: KazooClient) -> str | None:
+    """A reason string when the cluster is migrating to KRaft (then ZooKeeper must not be written)."""
+    if client.exists(codec.MIGRATION) is not None:
+        return "a /migration znode exists"
+    try:
+        data, _ = client.get(codec.CONTROLLER)
+    except NoNodeError:
+        return None
+    ctrl = codec.decode_controller(data)
+    if ctrl.migrating_to_kraft:
+        return f"/controller has kraftControllerEpoch {ctrl.kraft_controller_epoch}"
+    return None
+
+
+def refuse_kraft_migration(client: KazooClient) -> None:
+    reason = kraft_migration_state(client)
+    if reason:
+        raise KraftMigration(
+            f"this cluster is migrating to KRaft ({reason}); ZooKeeper is no longer authoritative and "
+            "must not be written. Use the Admin API based tools instead."
+        )
