@@ -1,16 +1,191 @@
-"""`kplan sandbox` (placeholder until its issue lands)."""
+"""`kplan sandbox`: a real ZooKeeper with an emulated ZooKeeper-mode Kafka cluster, to rehearse drains.
+
+    kplan sandbox up --dir D [--cluster FILE.json | --brokers N --racks R | --preset demo] [timing options]
+    kplan sandbox kill|stop|start --dir D BROKER...
+    kplan sandbox status --dir D [--json]
+    kplan sandbox wait --dir D [--timeout S]
+    kplan sandbox down --dir D
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
 
-from planner.errors import PlannerError
+from planner.errors import BadInput
+
+TIMING_OPTIONS = [
+    ("--catch-up-delay", "catch_up_delay", float, "seconds a returning replica needs to rejoin the ISR (2)"),
+    ("--shutdown-retries", "shutdown_retries", int, "controlled shutdown attempts before stopping anyway (3)"),
+    ("--shutdown-retry-interval", "shutdown_retry_interval", float, "seconds between those attempts (5)"),
+    ("--rebalance-interval", "rebalance_interval", float, "seconds between auto leader rebalance checks (300)"),
+    ("--imbalance-pct", "imbalance_pct", float, "leader.imbalance.per.broker.percentage (10)"),
+    ("--link-rate", "link_rate", float, "bytes/s of each broker's network link (1.25e9)"),
+    ("--tick", "tick", float, "seconds between replication progress steps (0.1)"),
+    ("--session-timeout", "session_timeout", float, "ZooKeeper session timeout of the brokers (10)"),
+]
+
+
+def _add_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dir", required=True, help="sandbox directory (holds sandbox.json, logs, ZooKeeper data)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sandbox", help="(not yet implemented)")
-    p.set_defaults(func=_run)
+    p = sub.add_parser("sandbox", help="emulated Kafka cluster on a real ZooKeeper (up, down, kill, stop, start, "
+                                       "status)", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    up = actions.add_parser("up", help="start ZooKeeper and the emulated cluster, return once settled")
+    _add_dir(up)
+    src = up.add_mutually_exclusive_group()
+    src.add_argument("--cluster", help="cluster description file (DESIGN.md format)")
+    src.add_argument("--preset", help="ready-made cluster: demo (default) or generated (with --brokers)")
+    up.add_argument("--brokers", type=int, help="generate a cluster of N brokers")
+    up.add_argument("--racks", type=int, help="racks of the generated cluster (default min(3, N))")
+    up.add_argument("--partitions", type=int, help="partitions of the generated cluster (default 100 per broker)")
+    up.add_argument("--rf", type=int, help="replication factor of the generated cluster (default min(3, N))")
+    up.add_argument("--seed", type=int, default=0, help="seed of the generated cluster")
+    up.add_argument("--zk", help="use this ZooKeeper (HOST:PORT/chroot) instead of starting one")
+    up.add_argument("--chroot", help="write the cluster under this chroot (e.g. /kafka)")
+    up.add_argument("--timeout", type=float, default=600, help="seconds to wait for the cluster to settle")
+    for flag, dest, typ, text in TIMING_OPTIONS:
+        up.add_argument(flag, dest=dest, type=typ, help=text)
+    up.add_argument("--no-auto-rebalance", dest="auto_rebalance", action="store_false", default=None,
+                    help="disable auto.leader.rebalance.enable (on by default, as in Kafka)")
+    up.add_argument("--unclean-default", dest="unclean_default", action="store_true", default=None,
+                    help="broker default unclean.leader.election.enable=true")
+    up.set_defaults(func=_up)
+
+    down = actions.add_parser("down", help="stop everything the sandbox started")
+    _add_dir(down)
+    down.set_defaults(func=_down)
+
+    for name, text in (("kill", "hard failure: close the brokers' ZooKeeper sessions"),
+                       ("stop", "controlled shutdown (leaders moved first, then the brokers stop)"),
+                       ("start", "restart brokers (new sessions, new broker epochs)")):
+        a = actions.add_parser(name, help=text)
+        _add_dir(a)
+        a.add_argument("broker", nargs="+", help="broker ids (space or comma separated)")
+        a.add_argument("--timeout", type=float, help="seconds to wait for the controller to act")
+        a.set_defaults(func=_broker_action, action_name=name)
+
+    status = actions.add_parser("status", help="brokers, controller, offline and under-replicated partitions")
+    _add_dir(status)
+    status.add_argument("--json", action="store_true", help="print the full status as JSON")
+    status.set_defaults(func=_status)
+
+    wait = actions.add_parser("wait", help="wait until nothing is left to happen (elections, catch-ups)")
+    _add_dir(wait)
+    wait.add_argument("--timeout", type=float, default=300)
+    wait.set_defaults(func=_wait)
 
 
-def _run(args: argparse.Namespace) -> int:
-    raise PlannerError("kplan sandbox is not implemented yet")
+def _broker_ids(values: list[str]) -> list[int]:
+    ids = []
+    for v in values:
+        for item in v.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if not item.isdigit():
+                raise BadInput(f"broker ids must be non-negative integers, got {item!r}")
+            ids.append(int(item))
+    if not ids:
+        raise BadInput("give at least one broker id")
+    return ids
+
+
+def _up(args: argparse.Namespace) -> int:
+    from planner.sandbox import Sandbox
+
+    timing = {dest: getattr(args, dest) for _, dest, _, _ in TIMING_OPTIONS}
+    timing["auto_rebalance"] = args.auto_rebalance
+    timing["unclean_default"] = args.unclean_default
+    if args.cluster is None and args.preset is None and args.brokers is None:
+        preset = "demo"
+    else:
+        preset = args.preset
+    if args.cluster is not None and args.brokers is not None:
+        raise BadInput("give either --cluster or --brokers, not both")
+    sb = Sandbox.up(args.dir, cluster=args.cluster, brokers=args.brokers, racks=args.racks,
+                    partitions=args.partitions, rf=args.rf, preset=preset, seed=args.seed, zk=args.zk,
+                    chroot=args.chroot, timeout=args.timeout, **timing)
+    st = sb.status(limit=0)
+    ctrl = st.get("controller") or {}
+    print(f"sandbox up in {sb.dir}: ZooKeeper {sb.connect_string}, {len(st['brokers'])} brokers, "
+          f"controller {ctrl.get('broker')} (epoch {ctrl.get('epoch')}), {st.get('partitions')} partitions, "
+          f"{st.get('offline_count')} offline, {st.get('under_replicated_count')} under-replicated")
+    print(f"  {sb.dir / 'sandbox.json'} (connect string, pids), {sb.dir / 'logdirs.json'} (partition sizes)")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from planner.sandbox import Sandbox
+
+    sb = Sandbox(args.dir)
+    report = sb.down()
+    print(f"sandbox in {sb.dir} is down (daemon stopped: {report['daemon_stopped']}, "
+          f"ZooKeeper stopped: {report['zookeeper_stopped']})")
+    return 0
+
+
+def _broker_action(args: argparse.Namespace) -> int:
+    from planner.sandbox import Sandbox
+
+    sb = Sandbox(args.dir)
+    ids = _broker_ids(args.broker)
+    fn = getattr(sb, args.action_name)
+    result = fn(ids, timeout=args.timeout) if args.timeout else fn(ids)
+    if args.action_name == "stop":
+        for b, r in sorted(result.get("brokers", {}).items(), key=lambda kv: int(kv[0])):
+            how = "after moving its leaders" if r.get("succeeded") else \
+                f"after {r.get('attempts')} attempts, still leading {', '.join(r.get('still_leading', [])) or '-'}"
+            print(f"broker {b} stopped {how}")
+    elif args.action_name == "kill":
+        print(f"killed brokers {', '.join(map(str, ids))}; the controller has reacted")
+    else:
+        print(f"started brokers {', '.join(map(str, ids))} (broker epochs {result.get('epochs')})")
+    return 0
+
+
+def _fmt_parts(items: list[dict[str, Any]], n: int) -> str:
+    names = [f"{x['topic']}-{x['partition']}" for x in items[:n]]
+    more = len(items) - n
+    return ", ".join(names) + (f" (+{more} more)" if more > 0 else "")
+
+
+def _status(args: argparse.Namespace) -> int:
+    from planner.sandbox import Sandbox
+
+    sb = Sandbox(args.dir)
+    st = sb.status()
+    if args.json:
+        print(json.dumps(st, indent=2))
+        return 0
+    ctrl = st.get("controller")
+    print(f"sandbox {sb.dir}  ZooKeeper {sb.connect_string}  settled: {'yes' if st.get('settled') else 'no'}")
+    print(f"controller: broker {ctrl['broker']} (epoch {ctrl['epoch']})" if ctrl else "controller: none")
+    print("brokers:")
+    for b in st["brokers"]:
+        state = "shutting down" if b["shutting_down"] else "running" if b["running"] else "down"
+        print(f"  {b['id']:>5}  rack {b['rack'] or '-':<8} {state}")
+    if ctrl:
+        print(f"partitions: {st['partitions']} in {st['topics']} topics")
+        print(f"offline: {st['offline_count']}" + (f"  {_fmt_parts(st['offline'], 20)}" if st['offline_count'] else ""))
+        print(f"under-replicated: {st['under_replicated_count']}" +
+              (f"  {_fmt_parts(st['under_replicated'], 20)}" if st['under_replicated_count'] else ""))
+        print(f"under min ISR: {st['under_min_isr_count']}")
+        stuck = [r for r in st["reassigning"] if r["stuck_on_dead_brokers"]]
+        print(f"reassigning: {st['reassigning_count']}" + (f" ({len(stuck)} waiting for dead brokers)" if stuck else ""))
+    rep = st.get("replication", {})
+    print(f"replicas catching up: {rep.get('catching_up', 0)}")
+    return 0
+
+
+def _wait(args: argparse.Namespace) -> int:
+    from planner.sandbox import Sandbox
+
+    st = Sandbox(args.dir).wait_settled(args.timeout)
+    print(f"settled: {st.get('offline_count')} offline, {st.get('under_replicated_count')} under-replicated")
+    return 0

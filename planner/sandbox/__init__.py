@@ -1,0 +1,20 @@
+"""The sandbox: emulated Kafka brokers and the ZooKeeper-mode controller on a real ZooKeeper.
+
+It must not import the planner's replay, risk, optimizer or snapshot code: tests compare what the planner
+predicts with what this independent emulation does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Sandbox", "SandboxError"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so `python -m planner.sandbox.daemon` does not import the daemon module twice.
+    if name in __all__:
+        from planner.sandbox import api
+
+        return getattr(api, name)
+    raise AttributeError(name)

@@ -1,0 +1,346 @@
+"""The sandbox's Python API, used by tests, benchmarks, the demo and `kplan sandbox`.
+
+    sb = Sandbox.up("run/sandbox", preset="demo", catch_up_delay=0.5)
+    sb.kill([1]); sb.wait_settled(30); sb.start([1]); sb.down()
+
+`up` starts a real ZooKeeper (its data dir under D; or uses `zk=` an existing one, in a fresh chroot),
+writes the cluster into it in Kafka's formats with no broker registered, starts the daemon whose emulated
+brokers register themselves and elect a controller, writes D/sandbox.json and D/logdirs.json, and returns once
+the cluster has settled. `down` stops, by pid, everything `up` started, even after the daemon was killed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from planner import codec, loader
+from planner import zk as zkmod
+from planner.cluster import Cluster, load_description, log_dirs_json, parse_cluster
+from planner.errors import BadInput, PlannerError
+from planner.sandbox.daemon import CONTROL_FILE, DAEMON_CONFIG, LOG_FILE
+from planner.sandbox.presets import generated_description, preset_description
+from planner.sandbox.settings import Timing
+from planner.zkserver import ZooKeeperServer, pid_alive, stop_pid
+
+log = logging.getLogger("planner.sandbox")
+
+SANDBOX_FILE = "sandbox.json"
+LOGDIRS_FILE = "logdirs.json"
+_CHILDREN: dict[int, subprocess.Popen] = {}  # processes started by this process, reaped on down()
+
+
+class SandboxError(PlannerError):
+    """The sandbox could not do what was asked (daemon gone, did not settle in time...)."""
+
+
+def _write_json(path: Path, obj: Any, private: bool = False, compact: bool = False) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text((json.dumps(obj, separators=(",", ":")) if compact else json.dumps(obj, indent=2)) + "\n")
+    if private:
+        os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def _daemon_cmdline_matches(pid: int, directory: Path) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"planner.sandbox.daemon" in cmd and str(directory).encode() in cmd
+
+
+def _reap(pid: int | None) -> None:
+    proc = _CHILDREN.pop(pid, None) if pid else None
+    if proc is not None:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _log_tail(directory: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join((directory / LOG_FILE).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _resolve_cluster(cluster: Any, brokers: int | None, racks: int | None, partitions: int | None,
+                     rf: int | None, preset: str | None, seed: int) -> Cluster:
+    if cluster is not None:
+        if brokers is not None or preset is not None:
+            raise BadInput("give either a cluster description or --brokers/--preset, not both")
+        if isinstance(cluster, Cluster):
+            return cluster
+        if isinstance(cluster, dict):
+            return parse_cluster(cluster)
+        return load_description(cluster)
+    if brokers is not None and preset in (None, "generated"):
+        return parse_cluster(generated_description(brokers, racks, partitions, rf, seed))
+    return parse_cluster(preset_description(preset or "demo", brokers, racks, partitions, rf, seed))
+
+
+def _explicit_controller(cluster: Any, desc: Cluster) -> int | None:
+    """The controller id the description names (a Cluster object always names one)."""
+    if isinstance(cluster, Cluster):
+        return desc.controller_id
+    raw = cluster
+    if isinstance(cluster, (str, Path)):
+        try:
+            raw = json.loads(Path(cluster).read_text())
+        except (OSError, ValueError):
+            return None
+    ctrl = raw.get("controller") if isinstance(raw, dict) else None
+    return desc.controller_id if isinstance(ctrl, dict) and "id" in ctrl else None
+
+
+def _sizes(cluster: Cluster) -> dict[str, list[int]]:
+    return {t.name: [p.size_bytes or 0 for p in t.partitions] for t in cluster.topics}
+
+
+class Sandbox:
+    """A running sandbox, attached by directory."""
+
+    def __init__(self, directory: str | Path):
+        self.dir = Path(directory).resolve()
+        path = self.dir / SANDBOX_FILE
+        if not path.exists():
+            raise BadInput(f"no sandbox in {self.dir} (no {SANDBOX_FILE}; start one with `kplan sandbox up`)")
+        try:
+            self.info: dict[str, Any] = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise BadInput(f"{path} is not readable: {e}") from None
+
+    # --------------------------------------------------------------------------------------- basics
+    @property
+    def connect_string(self) -> str:
+        return self.info["connect"]
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return list(self.info.get("brokers", []))
+
+    @property
+    def daemon_pid(self) -> int | None:
+        return self.info.get("daemon_pid")
+
+    @property
+    def zookeeper_pid(self) -> int | None:
+        return self.info.get("zookeeper_pid")
+
+    def daemon_alive(self) -> bool:
+        pid = self.daemon_pid
+        return bool(pid) and pid_alive(pid) and _daemon_cmdline_matches(pid, self.dir)
+
+    def _call(self, cmd: str, args: dict[str, Any] | None = None, timeout: float = 60.0) -> Any:
+        args = dict(args or {})
+        args.setdefault("timeout", timeout)
+        try:
+            port = json.loads((self.dir / CONTROL_FILE).read_text())["port"]
+        except (OSError, ValueError, KeyError):
+            port = None
+        if port is None or not self.daemon_alive():
+            raise SandboxError(f"the sandbox daemon of {self.dir} is not running (see {self.dir / LOG_FILE}); "
+                               f"`kplan sandbox down --dir {self.dir}` cleans up")
+        request = json.dumps({"token": self.info["token"], "cmd": cmd, "args": args}) + "\n"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.settimeout(float(args["timeout"]) + 60)
+                s.sendall(request.encode())
+                data = b""
+                while not data.endswith(b"\n"):
+                    chunk = s.recv(1 << 20)
+                    if not chunk:
+                        break
+                    data += chunk
+        except OSError as e:
+            raise SandboxError(f"could not talk to the sandbox daemon of {self.dir}: {e}") from None
+        try:
+            answer = json.loads(data)
+        except ValueError:
+            raise SandboxError(f"the sandbox daemon of {self.dir} closed the connection without answering") from None
+        if answer.get("ok"):
+            return answer.get("result")
+        if answer.get("kind") == "bad_input":
+            raise BadInput(answer.get("error", "bad request"))
+        raise SandboxError(answer.get("error", "the sandbox daemon refused the request"))
+
+    @staticmethod
+    def _ids(ids: Any) -> list[int]:
+        if isinstance(ids, int):
+            ids = [ids]
+        try:
+            out = [int(i) for i in ids]
+        except (TypeError, ValueError):
+            raise BadInput(f"broker ids must be integers, got {ids!r}") from None
+        if not out:
+            raise BadInput("give at least one broker id")
+        return out
+
+    # ------------------------------------------------------------------------------------- commands
+    def kill(self, ids: Any, timeout: float = 120) -> dict[str, Any]:
+        """Hard failure: the brokers' sessions are closed; returns once the controller has reacted."""
+        return self._call("kill", {"brokers": self._ids(ids)}, timeout)
+
+    def stop(self, ids: Any, timeout: float | None = None) -> dict[str, Any]:
+        """Controlled shutdown; returns once the brokers have stopped (after their retries, if any)."""
+        t = self.info.get("timing", {})
+        timeout = timeout or t.get("shutdown_retries", 3) * t.get("shutdown_retry_interval", 5) + 120
+        return self._call("stop", {"brokers": self._ids(ids)}, timeout)
+
+    def start(self, ids: Any, timeout: float = 120) -> dict[str, Any]:
+        """Restart stopped or killed brokers (new sessions, new broker epochs)."""
+        return self._call("start", {"brokers": self._ids(ids)}, timeout)
+
+    def status(self, limit: int = 1000) -> dict[str, Any]:
+        return self._call("status", {"limit": limit}, 30)
+
+    def wait_settled(self, timeout: float = 60) -> dict[str, Any]:
+        """Wait until nothing is left to happen (no pending election, shutdown or catch-up); returns status."""
+        return self._call("wait_settled", {}, timeout)
+
+    # ------------------------------------------------------------------------------------- up / down
+    @classmethod
+    def up(cls, directory: str | Path, cluster: Any = None, *, brokers: int | None = None,
+           racks: int | None = None, partitions: int | None = None, rf: int | None = None,
+           preset: str | None = None, seed: int = 0, zk: str | None = None, chroot: str | None = None,
+           timeout: float = 600, zk_heap_mb: int = 1024, **timing: Any) -> Sandbox:
+        directory = Path(directory).resolve()
+        settings = Timing.from_kwargs(**timing)
+        if (directory / SANDBOX_FILE).exists():
+            existing = Sandbox(directory)
+            if existing.daemon_alive() or (existing.zookeeper_pid and existing.info.get("zookeeper_started")
+                                           and pid_alive(existing.zookeeper_pid)):
+                raise BadInput(f"{directory} already has a running sandbox; `kplan sandbox down --dir {directory}` "
+                               "first")
+            existing.down()
+        desc = _resolve_cluster(cluster, brokers, racks, partitions, rf, preset, seed)
+        if chroot is not None:
+            chroot = "/" + chroot.strip("/")
+            if chroot == "/":
+                chroot = None
+        if zk is not None:
+            target = zkmod.parse_connect(zk)
+            if target.chroot and chroot and target.chroot != chroot:
+                raise BadInput("give the chroot either in --zk or with --chroot, not both")
+            chroot = target.chroot or chroot
+            hosts = target.hosts
+        else:
+            hosts = None
+        directory.mkdir(parents=True, exist_ok=True)
+        info: dict[str, Any] = {"dir": str(directory), "token": secrets.token_hex(16),
+                                "brokers": [b.id for b in desc.brokers], "timing": settings.to_dict(),
+                                "chroot": chroot, "zookeeper_pid": None, "zookeeper_started": False,
+                                "daemon_pid": None, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        sandbox_file = directory / SANDBOX_FILE
+        try:
+            if hosts is None:
+                zk_dir = directory / "zookeeper"
+                shutil.rmtree(zk_dir, ignore_errors=True)
+                server = ZooKeeperServer(zk_dir, heap_mb=zk_heap_mb)
+                log.info("starting ZooKeeper in %s", zk_dir)
+                server.start()
+                assert server.process is not None
+                _CHILDREN[server.process.pid] = server.process
+                hosts = server.connect_string
+                info.update(zookeeper_pid=server.process.pid, zookeeper_started=True)
+            info["zk_hosts"] = hosts
+            info["connect"] = hosts + (chroot or "")
+            _write_json(sandbox_file, info, private=True)
+            if chroot:
+                with zkmod.session(hosts) as root:
+                    root.ensure_path(chroot)
+            log.info("writing %d brokers' cluster (%d partitions) to %s", len(desc.brokers), desc.num_partitions,
+                     info["connect"])
+            with zkmod.session(info["connect"]) as client:
+                if client.exists(codec.TOPICS) is not None or client.exists(codec.BROKER_IDS) is not None:
+                    raise BadInput(f"ZooKeeper {info['connect']} already holds a Kafka cluster; give a fresh chroot")
+                loader.load_cluster(client, desc, brokers=False, controller=False)
+                if client.exists(codec.CONTROLLER_EPOCH) is None:
+                    client.create(codec.CONTROLLER_EPOCH, codec.encode_controller_epoch(desc.controller_epoch))
+            _write_json(directory / LOGDIRS_FILE, log_dirs_json(desc), compact=True)
+            _write_json(directory / DAEMON_CONFIG, {
+                "connect": info["connect"], "token": info["token"], "timing": settings.to_dict(),
+                "brokers": [{"id": b.id, "rack": b.rack, "host": b.host, "port": b.port, "alive": b.alive}
+                            for b in desc.brokers],
+                "sizes": _sizes(desc),
+                "first_controller": _explicit_controller(cluster, desc),
+            }, private=True, compact=True)
+            try:
+                (directory / CONTROL_FILE).unlink()
+            except FileNotFoundError:
+                pass
+            env = dict(os.environ)
+            root = str(Path(__file__).resolve().parents[2])
+            env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+            with open(directory / LOG_FILE, "ab") as logf:
+                proc = subprocess.Popen([sys.executable, "-m", "planner.sandbox.daemon", "--dir", str(directory)],
+                                        stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                        start_new_session=True, env=env, cwd=str(directory))
+            _CHILDREN[proc.pid] = proc
+            info["daemon_pid"] = proc.pid
+            _write_json(sandbox_file, info, private=True)
+            deadline = time.monotonic() + 60
+            while not (directory / CONTROL_FILE).exists():
+                if proc.poll() is not None:
+                    raise SandboxError(f"the sandbox daemon exited with code {proc.returncode}:\n{_log_tail(directory)}")
+                if time.monotonic() > deadline:
+                    raise SandboxError(f"the sandbox daemon did not start within 60s:\n{_log_tail(directory)}")
+                time.sleep(0.05)
+            log.info("sandbox daemon started (pid %d); waiting for the cluster to settle", proc.pid)
+            sb = cls(directory)
+            sb.wait_settled(timeout)
+            return sb
+        except BaseException:
+            if sandbox_file.exists():
+                try:
+                    Sandbox(directory).down()
+                except Exception:
+                    pass
+            raise
+
+    def down(self, timeout: float = 20) -> dict[str, Any]:
+        """Stop the daemon and the ZooKeeper this sandbox started (by pid) and forget the sandbox."""
+        report: dict[str, Any] = {"daemon_stopped": False, "zookeeper_stopped": False}
+        pid = self.daemon_pid
+        if pid and self.daemon_alive():
+            try:
+                self._call("shutdown", {}, 10)
+            except PlannerError:
+                pass
+            deadline = time.monotonic() + timeout
+            while pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                if not (pid_alive(pid) and _daemon_cmdline_matches(pid, self.dir)):
+                    break
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    break
+                deadline = time.monotonic() + 5
+                while pid_alive(pid) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            report["daemon_stopped"] = True
+        _reap(pid)
+        zk_pid = self.zookeeper_pid
+        if zk_pid and self.info.get("zookeeper_started"):
+            report["zookeeper_stopped"] = stop_pid(zk_pid)
+            _reap(zk_pid)
+        for name in (SANDBOX_FILE, CONTROL_FILE):
+            try:
+                (self.dir / name).unlink()
+            except FileNotFoundError:
+                pass
+        return report
