@@ -172,6 +172,9 @@ def write_snapshot(out: Path | str, manifest: dict[str, Any], brokers: pa.Table,
     out.mkdir(parents=True, exist_ok=True)
     manifest = dict(manifest)
     manifest["format"] = FORMAT
+    # Overwriting a folder: drop the old manifest first, so a failure below leaves it visibly incomplete
+    # instead of an old manifest next to new tables.
+    (out / "manifest.json").unlink(missing_ok=True)
     for name, table in (("brokers", brokers), ("topics", topics), ("partitions", partitions)):
         table = _check_schema(name, table)
         pq.write_table(table, out / f"{name}.parquet", compression="zstd")

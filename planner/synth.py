@@ -91,7 +91,7 @@ def synth_cluster(
         last = p_rf - 1
         isr[np.where(shrink)[0], last[shrink]] = -1
     leader = reps[:, 0].copy()
-    if moved_leader_fraction:
+    if moved_leader_fraction and width > 1:  # with width 1 no partition has a second replica
         move = (rng.random(partitions) < moved_leader_fraction) & (p_rf > 1) & (isr[:, 1] >= 0)
         leader[move] = isr[move, 1]
     size = rng.lognormal(20, 1.5, partitions).astype(np.int64) if sizes else None

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import AuthFailedError, NoNodeError
+from kazoo.exceptions import AuthFailedError, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
@@ -103,6 +103,15 @@ def connect(zk: str | ZkTarget, auth: tuple[str, str] | None = None, timeout: fl
     except AuthFailedError:
         _close(client)
         raise ZkUnavailable(f"ZooKeeper at {target.hosts} rejected the digest credentials") from None
+    except NoAuthError:
+        # kazoo checks that the chroot exists; an ACL-protected chroot answers NOAUTH to that.
+        _close(client)
+        who = "the digest credentials given" if auth else "a session without credentials"
+        raise ZkUnavailable(
+            f"ZooKeeper at {target.hosts} denied {who} access to {target.chroot} (NOAUTH): the znodes are "
+            f"ACL-protected; give user:password in the environment variable named by --zk-auth-env "
+            f"(default {DEFAULT_AUTH_ENV})"
+        ) from None
     return client
 
 
