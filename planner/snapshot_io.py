@@ -77,6 +77,10 @@ BROKERS_SCHEMA = pa.schema(
 
 SCHEMAS = {"partitions": PARTITIONS_SCHEMA, "topics": TOPICS_SCHEMA, "brokers": BROKERS_SCHEMA}
 
+# Rows per row group of partitions.parquet: Spark splits a Parquet file only at row-group boundaries, so a
+# million-partition table written as one group would be read by a single task.
+PARTITIONS_ROW_GROUP = 65_536
+
 
 @dataclass
 class Snapshot:
@@ -177,7 +181,8 @@ def write_snapshot(out: Path | str, manifest: dict[str, Any], brokers: pa.Table,
     (out / "manifest.json").unlink(missing_ok=True)
     for name, table in (("brokers", brokers), ("topics", topics), ("partitions", partitions)):
         table = _check_schema(name, table)
-        pq.write_table(table, out / f"{name}.parquet", compression="zstd")
+        pq.write_table(table, out / f"{name}.parquet", compression="zstd",
+                       row_group_size=PARTITIONS_ROW_GROUP if name == "partitions" else None)
     tmp = out / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
     tmp.replace(out / "manifest.json")  # the manifest last: a folder with a manifest is complete

@@ -1,0 +1,534 @@
+"""Drain risk, the library entry: validate the request, build the scenarios, run the Spark job, report.
+
+`kplan risk` and the Airflow task call `run_risk`. It checks every input before Spark starts (unknown
+broker ids or racks, an empty drain set, a missing or incompatible snapshot, a bad plan: BadInput, exit 2),
+builds the scenario list (`build_scenarios`), then runs `spark/drain_risk.py` in this process (default) or
+through `spark-submit` (any master). The job writes `scenarios.parquet`, `partitions.parquet` and
+`summary.json`; `format_report` turns the summary into the table an operator reads.
+
+Which scenarios: with no --drain/--drain-rack, the full sweep (every live broker alone and every rack, in
+each requested mode). With a drain, that drain and its rolling sequence (one broker at a time, in the
+order given), plus the sweep parts asked for with --all-brokers / --all-racks. With --plan, the same
+scenarios are scored on the plan's target assignment too ("after plan"), so the review shows before/after;
+without --drain, the drain scored is the set of brokers the plan empties.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from planner import codec
+from planner import risk_model as rm
+from planner import snapshot_io as sio
+from planner.cluster import Cluster
+from planner.errors import BadInput
+
+REPO = Path(__file__).resolve().parent.parent
+JOB = REPO / "spark" / "drain_risk.py"
+SUMMARY_FORMAT = "kplan-risk/1"
+DEFAULT_MASTER = "local[2]"
+
+
+# ------------------------------------------------------------------------------------------ inputs
+def parse_brokers(text: str, what: str = "--drain") -> tuple[int, ...]:
+    """'1,2, 3' -> (1, 2, 3), order kept (it is the rolling order). Empty or junk -> BadInput."""
+    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not items:
+        raise BadInput(f"{what} is empty: name at least one broker id, e.g. {what} 1,2")
+    try:
+        ids = tuple(int(x) for x in items)
+    except ValueError:
+        raise BadInput(f"{what} {text!r} must be a comma-separated list of broker ids") from None
+    if len(set(ids)) != len(ids):
+        raise BadInput(f"{what} {text!r} names a broker twice")
+    return ids
+
+
+def parse_racks(text: str) -> tuple[str, ...]:
+    items = tuple(x.strip() for x in str(text).split(",") if x.strip())
+    if not items:
+        raise BadInput("--drain-rack is empty: name at least one rack")
+    return items
+
+
+@dataclass
+class SnapshotInfo:
+    """What the driver needs from a snapshot before Spark starts (the partitions stay on disk)."""
+
+    path: Path | None
+    manifest: dict[str, Any]
+    brokers: pa.Table
+    topics: pa.Table
+    snapshot: sio.Snapshot | None = None  # in-memory snapshots (tests) carry their tables here
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return self.brokers.column("broker").to_pylist()
+
+    @property
+    def alive(self) -> dict[int, bool]:
+        return dict(zip(self.broker_ids, self.brokers.column("alive").to_pylist(), strict=True))
+
+    @property
+    def racks(self) -> dict[int, str | None]:
+        return dict(zip(self.broker_ids, self.brokers.column("rack").to_pylist(), strict=True))
+
+    def partition_keys(self) -> pa.Table:
+        if self.snapshot is not None:
+            return self.snapshot.partitions.select(["topic", "partition"])
+        assert self.path is not None
+        return pq.read_table(self.path / "partitions.parquet", columns=["topic", "partition"])
+
+
+def open_snapshot(source: Path | str | sio.Snapshot) -> SnapshotInfo:
+    """Validate a snapshot folder the way snapshot_io.read_snapshot does, without loading its partitions
+    (a million-partition table is read by Spark, not by the driver)."""
+    if isinstance(source, sio.Snapshot):
+        return SnapshotInfo(source.path, source.manifest, source.brokers, source.topics, source)
+    path = Path(source)
+    if not path.is_dir():
+        raise BadInput(f"snapshot folder {path} does not exist")
+    mf = path / "manifest.json"
+    if not mf.exists():
+        raise BadInput(f"{path} has no manifest.json: not a snapshot (or an unfinished one)")
+    try:
+        manifest = json.loads(mf.read_text())
+    except json.JSONDecodeError as e:
+        raise BadInput(f"{mf} is not valid JSON: {e}") from None
+    if manifest.get("format") != sio.FORMAT:
+        raise BadInput(f"{path} is a snapshot of format {manifest.get('format')!r}; this version reads "
+                       f"{sio.FORMAT!r}")
+    tables = {}
+    for name in ("brokers", "topics", "partitions"):
+        f = path / f"{name}.parquet"
+        if not f.exists():
+            raise BadInput(f"{path} lacks {name}.parquet")
+        want = sio.SCHEMAS[name]
+        try:
+            have = pq.read_schema(f)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise BadInput(f"{f} is not a Parquet file: {e}") from None
+        missing = [c for c in want.names if c not in have.names]
+        if missing:
+            raise BadInput(f"{name}.parquet lacks columns {missing}: not a {sio.FORMAT} snapshot")
+        if name != "partitions":
+            try:
+                tables[name] = pq.read_table(f).select(want.names).cast(want)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise BadInput(f"{name}.parquet does not match the {sio.FORMAT} schema: {e}") from None
+    return SnapshotInfo(path, manifest, tables["brokers"], tables["topics"])
+
+
+def read_plan(plan: Path | str) -> list[codec.ReassignEntry]:
+    """The plan's target assignment: `<plan>/reassignment.json` (or a reassignment file given directly)."""
+    p = Path(plan)
+    f = p / "reassignment.json" if p.is_dir() else p
+    if not f.exists():
+        raise BadInput(f"plan {plan}: {f} does not exist (expected a plan folder with reassignment.json)")
+    return codec.decode_reassignment_file(f.read_bytes(), str(f))
+
+
+def check_plan(info: SnapshotInfo, entries: Sequence[codec.ReassignEntry]) -> None:
+    known = set(info.broker_ids)
+    unknown = sorted({b for e in entries for b in e.replicas} - known)
+    if unknown:
+        raise BadInput(f"the plan's target replicas name broker ids the snapshot does not know: {unknown}")
+    keys = info.partition_keys()
+    topic = keys.column("topic")
+    topic = pc.cast(topic, pa.string()) if pa.types.is_dictionary(topic.type) else topic
+    have = pc.binary_join_element_wise(topic, pc.cast(keys.column("partition"), pa.string()), "\t")
+    want = pa.array([f"{e.topic}\t{e.partition}" for e in entries], pa.string())
+    found = pc.is_in(want, value_set=have.combine_chunks() if isinstance(have, pa.ChunkedArray) else have)
+    missing = [w.replace("\t", "-") for w, ok in zip(want.to_pylist(), found.to_pylist(), strict=True) if not ok]
+    if missing:
+        raise BadInput(f"the plan names partitions the snapshot does not have: {', '.join(missing[:10])}"
+                       + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else ""))
+
+
+def plan_emptied_brokers(info: SnapshotInfo, entries: Sequence[codec.ReassignEntry]) -> tuple[int, ...]:
+    """Brokers that hold replicas now and none once the plan completes: the drain the plan was made for."""
+    if info.snapshot is not None:
+        parts = info.snapshot.partitions.select(["topic", "partition", "replicas"])
+    else:
+        assert info.path is not None
+        parts = pq.read_table(info.path / "partitions.parquet", columns=["topic", "partition", "replicas"])
+    topic = parts.column("topic")
+    topic = pc.cast(topic, pa.string()) if pa.types.is_dictionary(topic.type) else topic
+    moved = {(e.topic, e.partition) for e in entries}
+    keys = pc.binary_join_element_wise(topic, pc.cast(parts.column("partition"), pa.string()), "\t")
+    is_moved = pc.is_in(keys, value_set=pa.array([f"{t}\t{p}" for t, p in moved], pa.string()))
+    before = set(pc.unique(pc.list_flatten(parts.column("replicas"))).to_pylist())
+    kept = pc.list_flatten(pc.filter(parts.column("replicas"), pc.invert(is_moved)))
+    after = set(pc.unique(kept).to_pylist()) | {b for e in entries for b in e.replicas}
+    return tuple(sorted(before - after))
+
+
+# --------------------------------------------------------------------------------------- scenarios
+def build_scenarios(info: SnapshotInfo, drains: Sequence[tuple[int, ...]] = (),
+                    drain_racks: Sequence[str] = (), all_brokers: bool = False, all_racks: bool = False,
+                    modes: Sequence[str] = rm.MODES, states: Sequence[str] = ("current",)) -> list[rm.Scenario]:
+    """Validate the request against the snapshot and list the scenarios, ids in order."""
+    ids = info.broker_ids
+    known = set(ids)
+    racks = info.racks
+    rack_names = sorted({r for r in racks.values() if r is not None})
+    for mode in modes:
+        if mode not in rm.MODES:
+            raise BadInput(f"mode {mode!r} is not one of {', '.join(rm.MODES)}")
+    requested: list[tuple[tuple[int, ...], str | None]] = []
+    for d in drains:
+        if not d:
+            raise BadInput("a drain set is empty: name at least one broker id")
+        unknown = [b for b in d if b not in known]
+        if unknown:
+            raise BadInput(f"unknown broker id(s) {unknown}: the snapshot has brokers "
+                           f"{_ranges(sorted(known))}")
+        requested.append((tuple(d), None))
+    for r in drain_racks:
+        if r not in rack_names:
+            raise BadInput(f"unknown rack {r!r}: the snapshot's racks are {rack_names or 'none (no broker.rack set)'}")
+        requested.append((tuple(b for b in sorted(ids) if racks[b] == r), r))
+    if not requested and not all_brokers and not all_racks:
+        all_brokers = all_racks = True
+    alive = info.alive
+    out: list[rm.Scenario] = []
+    seq = 0
+    for state in states:
+        for mode in modes:
+            for brokers, rack in requested:
+                out.append(rm.Scenario(len(out), "drain", mode, brokers, state, rack=rack))
+                if len(brokers) > 1:
+                    for k, b in enumerate(brokers, start=1):
+                        out.append(rm.Scenario(len(out), "rolling", mode, (b,), state, rack=rack,
+                                               sequence=seq, step=k, steps=len(brokers), drain=brokers))
+                    seq += 1
+            if all_racks:
+                for r in rack_names:
+                    out.append(rm.Scenario(len(out), "rack", mode, tuple(b for b in sorted(ids) if racks[b] == r),
+                                           state, rack=r))
+            if all_brokers:
+                for b in sorted(ids):
+                    if alive[b]:
+                        out.append(rm.Scenario(len(out), "broker", mode, (b,), state))
+    return out
+
+
+def _ranges(ids: list[int]) -> str:
+    if len(ids) <= 12:
+        return ",".join(map(str, ids))
+    return f"{ids[0]}..{ids[-1]} ({len(ids)} brokers)"
+
+
+@dataclass
+class RiskRequest:
+    snapshot: Path | str | sio.Snapshot
+    out: Path | str
+    drains: list[tuple[int, ...]] = field(default_factory=list)
+    drain_racks: list[str] = field(default_factory=list)
+    all_brokers: bool = False
+    all_racks: bool = False
+    modes: tuple[str, ...] = rm.MODES
+    plan: Path | str | None = None
+    kafka_version: str = rm.DEFAULT_KAFKA_VERSION
+    master: str | None = None
+    driver_memory: str | None = None
+
+    def to_args(self) -> list[str]:
+        """The same request as command-line arguments of spark/drain_risk.py."""
+        if isinstance(self.snapshot, sio.Snapshot):
+            raise ValueError("spark-submit needs a snapshot folder, not an in-memory snapshot")
+        args = ["--snapshot", str(self.snapshot), "--out", str(self.out), "--kafka-version", self.kafka_version,
+                "--mode", "both" if set(self.modes) == set(rm.MODES) else self.modes[0]]
+        for d in self.drains:
+            args += ["--drain", ",".join(map(str, d))]
+        for r in self.drain_racks:
+            args += ["--drain-rack", r]
+        if self.all_brokers:
+            args.append("--all-brokers")
+        if self.all_racks:
+            args.append("--all-racks")
+        if self.plan is not None:
+            args += ["--plan", str(self.plan)]
+        return args
+
+
+def request_from_args(args: argparse.Namespace) -> RiskRequest:
+    modes = rm.MODES if args.mode == "both" else (args.mode,)
+    return RiskRequest(
+        snapshot=args.snapshot, out=args.out,
+        drains=[parse_brokers(d) for d in args.drain],
+        drain_racks=[r for text in args.drain_rack for r in parse_racks(text)],
+        all_brokers=args.all_brokers, all_racks=args.all_racks, modes=modes, plan=args.plan,
+        kafka_version=args.kafka_version, master=args.master, driver_memory=args.driver_memory)
+
+
+@dataclass
+class Prepared:
+    info: SnapshotInfo
+    scenarios: list[rm.Scenario]
+    plan_entries: list[codec.ReassignEntry] | None
+    kafka_version: str
+
+
+def prepare(req: RiskRequest) -> Prepared:
+    """Every check that can fail on the user's input, before any Spark work."""
+    rm.parse_kafka_version(req.kafka_version)
+    info = open_snapshot(req.snapshot)
+    entries = None
+    drains = list(req.drains)
+    if req.plan is not None:
+        entries = read_plan(req.plan)
+        check_plan(info, entries)
+        if not drains and not req.drain_racks:
+            emptied = plan_emptied_brokers(info, entries)
+            if emptied:
+                drains = [emptied]
+    states = ("current", "plan") if entries is not None else ("current",)
+    scenarios = build_scenarios(info, drains, req.drain_racks, req.all_brokers, req.all_racks, req.modes, states)
+    return Prepared(info, scenarios, entries, req.kafka_version)
+
+
+# ------------------------------------------------------------------------------------------ running
+def load_job() -> ModuleType:
+    """spark/drain_risk.py as a module (it is a script for spark-submit, not part of the planner package)."""
+    if not JOB.exists():
+        raise BadInput(f"the Spark job {JOB} is missing from this installation")
+    spec = importlib.util.spec_from_file_location("kplan_drain_risk", JOB)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("kplan_drain_risk", mod)
+    spec.loader.exec_module(mod)
+    return sys.modules["kplan_drain_risk"]
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_risk(req: RiskRequest, spark: Any = None, submit: bool = False,
+             progress: Callable[[str], None] = _stderr) -> dict[str, Any]:
+    """Validate, run the job (in-process with `spark` or a new local session; or spark-submit), return the
+    summary (also written to <out>/summary.json)."""
+    prepared = prepare(req)
+    out = Path(req.out)
+    n = len(prepared.scenarios)
+    progress(f"kplan risk: {n} scenarios ({', '.join(req.modes)}) on {prepared.info.path or 'in-memory snapshot'}")
+    if submit:
+        return _submit(req, progress)
+    job = load_job()
+    own = spark is None
+    started = time.monotonic()
+    if own:
+        progress(f"kplan risk: starting Spark ({req.master or os.environ.get('SPARK_MASTER') or DEFAULT_MASTER})")
+        spark = job.session(req.master, req.driver_memory)
+    try:
+        summary = job.run(spark, prepared, out, progress=progress)
+    finally:
+        if own:
+            spark.stop()
+    progress(f"kplan risk: done in {time.monotonic() - started:.1f}s -> {out}")
+    return summary
+
+
+def spark_submit_command(req: RiskRequest) -> list[str]:
+    exe = Path(sys.executable).parent / "spark-submit"
+    cmd = [str(exe) if exe.exists() else "spark-submit"]
+    master = req.master or os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
+    cmd += ["--master", master, "--driver-memory", req.driver_memory or os.environ.get(
+        "KPLAN_SPARK_DRIVER_MEMORY", "2g")]
+    job = load_job()
+    for k, v in job.CONF.items():
+        if k != "spark.driver.memory":
+            cmd += ["--conf", f"{k}={v}"]
+    cmd += ["--conf", f"spark.driver.extraJavaOptions=-Dlog4j.configurationFile=file:{job.log4j_file()} "
+            f"{job.JAVA_OPTIONS}"]
+    return cmd + [str(JOB), *req.to_args()]
+
+
+def _submit(req: RiskRequest, progress: Callable[[str], None]) -> dict[str, Any]:
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    cmd = spark_submit_command(req)
+    progress("kplan risk: " + " ".join(cmd))
+    done = subprocess.run(cmd, env=env, stdout=sys.stderr, stderr=sys.stderr)
+    if done.returncode == 2:
+        raise BadInput("the Spark job refused its input (see above)")
+    if done.returncode:
+        raise RuntimeError(f"spark-submit failed with exit code {done.returncode}")
+    return json.loads((Path(req.out) / "summary.json").read_text())
+
+
+# ------------------------------------------------------------------------------------------ summary
+def build_summary(prepared: Prepared, scenarios: pa.Table, worst: pa.Table, baseline: dict[str, dict],
+                  elapsed_s: float) -> dict[str, Any]:
+    """summary.json: levels, the worst scenarios, every scenario's counts and its worst partitions."""
+    worst_by: dict[int, list[dict]] = {}
+    for r in worst.sort_by([("scenario_id", "ascending"), ("severity", "descending"), ("topic", "ascending"),
+                            ("partition", "ascending")]).to_pylist():
+        sid = r.pop("scenario_id")
+        worst_by.setdefault(sid, []).append(r)
+    rows = scenarios.sort_by("scenario_id").to_pylist()
+    for r in rows:
+        r["worst_partitions"] = worst_by.get(r["scenario_id"], [])
+    ranked = sorted(rows, key=lambda r: (-r["level_rank"], -r["score"], r["scenario_id"]))
+    levels = {name: 0 for name in reversed(rm.LEVELS)}
+    for r in rows:
+        levels[r["level"]] += 1
+    by_state = {}
+    for state in sorted({r["state"] for r in rows}):
+        ranks = [r["level_rank"] for r in rows if r["state"] == state]
+        by_state[state] = rm.level_name(max(ranks)) if ranks else "low"
+    info = prepared.info
+    return {
+        "format": SUMMARY_FORMAT,
+        "snapshot": {"path": str(info.path) if info.path else None, "fingerprint": info.manifest.get("fingerprint"),
+                     "taken_at": info.manifest.get("taken_at"), "brokers": len(info.broker_ids),
+                     "partitions": int(info.manifest.get("counts", {}).get("partitions", -1))},
+        "kafka_version": prepared.kafka_version,
+        "effective_min_isr": repr(rm.effective_min_isr(prepared.kafka_version)),
+        "plan": bool(prepared.plan_entries is not None),
+        "plan_moves": len(prepared.plan_entries or []),
+        "level": rm.level_name(max((r["level_rank"] for r in rows), default=0)),
+        "level_by_state": by_state,
+        "levels": levels,
+        "baseline": baseline,
+        "evaluated": int(sum(r["evaluated"] for r in rows)),
+        "elapsed_s": round(elapsed_s, 3),
+        "worst_scenarios": [r["scenario_id"] for r in ranked[:10]],
+        "scenarios": rows,
+    }
+
+
+# ------------------------------------------------------------------------------------------- report
+_COLOURS = {"critical": "\033[1;31m", "high": "\033[31m", "medium": "\033[33m", "low": "\033[32m"}
+_RESET = "\033[0m"
+_COLUMNS = [("offline", "offline"), ("under_min_isr", "<minISR"), ("at_min_isr", "=minISR"),
+            ("under_replicated", "URP"), ("unclean_taken", "unclean"), ("would_need_unclean", "need-uncl"),
+            ("leadership_moved", "moved"), ("rf1_hit", "RF1")]
+
+
+def _level(level: str, colour: bool) -> str:
+    text = f"{level.upper():<8}"
+    return f"{_COLOURS[level]}{text}{_RESET}" if colour else text
+
+
+def format_report(summary: dict[str, Any], colour: bool = False, limit: int = 20, worst_k: int = 5) -> str:
+    """The readable table: requested scenarios first, then the worst of the sweep; then worst partitions."""
+    rows = summary["scenarios"]
+    requested = [r for r in rows if r["kind"] in ("drain", "rolling")]
+    ranked = sorted((r for r in rows if r["kind"] not in ("drain", "rolling")),
+                    key=lambda r: (-r["level_rank"], -r["score"], r["scenario_id"]))
+    shown = requested + ranked[:limit]
+    lv = summary["levels"]
+    snap = summary["snapshot"]
+    lines = [
+        f"Drain risk ({len(rows)} scenarios, Kafka {summary['kafka_version']} rules, effective min ISR = "
+        f"{summary['effective_min_isr']}) on {snap['path'] or 'snapshot'} ({snap['brokers']} brokers, "
+        f"{snap['partitions']} partitions)",
+        "levels: " + ", ".join(f"{n} {k}" for k, n in lv.items()) + f"; worst: {summary['level'].upper()}",
+    ]
+    base = summary.get("baseline", {}).get("current")
+    if base:
+        lines.append(f"now: {base['offline']} offline, {base['under_min_isr']} under min ISR, "
+                     f"{base['at_min_isr']} at min ISR, {base['under_replicated']} under-replicated, "
+                     f"{base['rf1']} RF=1 partitions")
+    width = max([len(r["name"]) for r in shown] + [8])
+    head = f"{'scenario':<{width}}  {'level':<8}  " + "  ".join(f"{h:>9}" for _, h in _COLUMNS) + "  leaders max/ideal"
+    lines += ["", head, "-" * len(head)]
+    for i, r in enumerate(shown):
+        if i == len(requested) and requested and ranked:
+            lines.append(f"{'· worst of the sweep':<{width}}")
+        load = f"{r['leader_max']}/{r['leader_ideal']:.0f} ({r['leader_ratio']:.2f}x)" if r["survivors"] else "-"
+        lines.append(f"{r['name']:<{width}}  {_level(r['level'], colour)}  "
+                     + "  ".join(f"{r[k]:>9}" for k, _ in _COLUMNS) + f"  {load}")
+    if len(ranked) > limit:
+        lines.append(f"({len(ranked) - limit} more sweep scenarios in scenarios.parquet / --json)")
+    focus = requested or ranked[:3]
+    for r in focus:
+        wp = [p for p in r["worst_partitions"]][:worst_k]
+        if not wp:
+            continue
+        lines += ["", f"worst partitions of {r['name']} ({_level(r['level'], colour).strip()}):"]
+        for p in wp:
+            what = [k for k in ("offline", "unclean_taken", "would_need_unclean", "under_min_isr", "at_min_isr",
+                                "under_replicated", "rf1_hit") if p.get(k)]
+            lines.append(f"  {p['topic']}-{p['partition']}: replicas {p['replicas']} leader {p['leader']} isr {p['isr']}"
+                         f" -> leader {p['new_leader']} isr {p['new_isr']}  [{', '.join(what)}]")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------- test helpers
+def snapshot_from_cluster(cluster: Cluster) -> sio.Snapshot:
+    """An in-memory snapshot of a cluster description (tests, the demo): the tables `kplan snapshot` would
+    write for it, without ZooKeeper. Topic settings resolve as Kafka does: override, broker default, default."""
+    defaults = cluster.broker_defaults
+    names: list[str] = []
+    part_rows: dict[str, list] = {k: [] for k in sio.PARTITIONS_SCHEMA.names}
+    topic_rows: dict[str, list] = {k: [] for k in sio.TOPICS_SCHEMA.names}
+    for t in sorted(cluster.topics, key=lambda t: t.name):
+        names.append(t.name)
+        cfg = {**defaults, **t.config}
+        for p_id, p in enumerate(t.partitions):
+            vals = {"topic": t.name, "partition": p_id, "replicas": p.replicas, "adding_replicas": p.adding,
+                    "removing_replicas": p.removing, "target_replicas": None, "has_state": p.has_state,
+                    "leader": p.leader if p.has_state else -1, "leader_epoch": p.leader_epoch if p.has_state else -1,
+                    "isr": p.isr if p.has_state else [], "controller_epoch": 1 if p.has_state else -1,
+                    "leader_recovery_state": p.leader_recovery_state, "state_version": 0 if p.has_state else -1,
+                    "size_bytes": p.size_bytes}
+            for k, v in vals.items():
+                part_rows[k].append(v)
+        tvals = {"topic": t.name, "topic_id": t.topic_id, "znode_version": t.version, "partitions": len(t.partitions),
+                 "replication_factor": max(len(p.replicas) for p in t.partitions),
+                 "min_insync_replicas": int(cfg.get("min.insync.replicas", "1")),
+                 "unclean_leader_election": cfg.get("unclean.leader.election.enable", "false").lower() == "true",
+                 "config": json.dumps(t.config, separators=(",", ":")), "leader_throttled_replicas": None,
+                 "follower_throttled_replicas": None, "queued_for_deletion": t.deleting}
+        for k, v in tvals.items():
+            topic_rows[k].append(v)
+    parts = pa.table({k: pa.array(v, sio.PARTITIONS_SCHEMA.field(k).type if k != "topic" else pa.string())
+                      for k, v in part_rows.items()})
+    parts = parts.set_column(0, "topic", pc.dictionary_encode(parts.column("topic")))
+    parts = parts.cast(sio.PARTITIONS_SCHEMA)
+    topics = pa.table({k: pa.array(v, sio.TOPICS_SCHEMA.field(k).type) for k, v in topic_rows.items()})
+    bs = sorted(cluster.brokers, key=lambda b: b.id)
+    ctrl = cluster.controller_id
+    brokers = pa.table({
+        "broker": pa.array([b.id for b in bs], pa.int32()),
+        "alive": pa.array([b.alive for b in bs]),
+        "rack": pa.array([b.rack for b in bs], pa.string()),
+        "host": pa.array([b.host or f"broker-{b.id}" for b in bs]),
+        "port": pa.array([b.port for b in bs], pa.int32()),
+        "endpoints": pa.array([[f"PLAINTEXT://{b.host or f'broker-{b.id}'}:{b.port}"] for b in bs]),
+        "epoch": pa.array([100 + b.id if b.alive else -1 for b in bs], pa.int64()),
+        "registration_version": pa.array([5 if b.alive else -1 for b in bs], pa.int8()),
+        "is_controller": pa.array([b.id == ctrl for b in bs]),
+        "config": pa.array([json.dumps(b.config, separators=(",", ":")) for b in bs]),
+        "leader_throttle_rate": pa.nulls(len(bs), pa.int64()),
+        "follower_throttle_rate": pa.nulls(len(bs), pa.int64()),
+    }).cast(sio.BROKERS_SCHEMA)
+    fp = sio.assignment_fingerprint(parts.column("topic"), parts.column("partition").to_numpy(),
+                                    parts.column("replicas"))
+    lead = np.asarray(part_rows["leader"])
+    manifest = {"format": sio.FORMAT, "source": {"zk": "description", "chroot": None},
+                "counts": {"brokers": len(bs), "partitions": parts.num_rows, "offline": int((lead < 0).sum())},
+                "fingerprint": fp, "broker_defaults": dict(defaults)}
+    return sio.Snapshot(None, manifest, brokers, topics, parts)

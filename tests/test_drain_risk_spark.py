@@ -1,0 +1,217 @@
+"""The Spark job against the numpy reference replay (differential, over generated clusters), bad input,
+and `kplan risk` end to end (in-process and through spark-submit)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from planner import cli, replay, risk
+from planner import risk_model as rm
+from planner import snapshot_io as sio
+from planner.cluster import parse_cluster
+from planner.codec import ReassignEntry, encode_reassignment
+
+pytestmark = pytest.mark.spark
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for the whole test session (the job and `kplan risk` in-process reuse it)."""
+    session = risk.load_job().session("local[2]")
+    yield session
+    session.stop()
+
+
+# -------------------------------------------------------------------------------------- generators
+@st.composite
+def clusters(draw):
+    """Small clusters with RF mixes, shrunk and reordered ISRs, moved leaders, offline and leaderless
+    partitions, dead brokers, unclean overrides, min ISR above RF, racks or none."""
+    n = draw(st.integers(3, 7))
+    racked = draw(st.booleans())
+    brokers = [{"id": i, "alive": draw(st.booleans()) if i > 3 else True,
+                **({"rack": f"r{draw(st.integers(1, 3))}"} if racked else {})} for i in range(1, n + 1)]
+    ids = [b["id"] for b in brokers]
+    topics = []
+    for t in range(draw(st.integers(1, 4))):
+        rf = draw(st.integers(1, 3))
+        cfg = {"min.insync.replicas": str(draw(st.integers(1, 4)))}
+        unclean = draw(st.sampled_from([None, "true", "false"]))
+        if unclean:
+            cfg["unclean.leader.election.enable"] = unclean
+        parts = []
+        for _ in range(draw(st.integers(1, 5))):
+            reps = draw(st.permutations(ids))[:rf]
+            kind = draw(st.sampled_from(["healthy", "healthy", "shrunk", "moved", "offline", "new"]))
+            if kind == "new":
+                parts.append({"replicas": reps, "no_state": True})
+                continue
+            isr = draw(st.permutations(reps))[: draw(st.integers(1, rf))] if kind != "healthy" else list(reps)
+            leader = -1 if kind == "offline" else (draw(st.sampled_from(isr)) if kind == "moved" else isr[0])
+            parts.append({"replicas": reps, "isr": isr, "leader": leader})
+        topics.append({"name": f"t{t}", "config": cfg, "partitions": parts})
+    defaults = {"unclean.leader.election.enable": "true"} if draw(st.booleans()) else {}
+    desc = {"brokers": brokers, "topics": topics, "broker_defaults": defaults}
+    drain = draw(st.permutations(ids))[: draw(st.integers(1, min(3, n)))]
+    moves = []
+    for t in topics:
+        for p, part in enumerate(t["partitions"]):
+            if draw(st.integers(0, 3)) == 0:
+                moves.append(ReassignEntry(t["name"], p, tuple(draw(st.permutations(ids))[: len(part["replicas"])])))
+    version = draw(st.sampled_from(["3.7", "3.6"]))
+    return desc, tuple(drain), moves, version
+
+
+def _sorted(t: pa.Table, keys: list[str]) -> pa.Table:
+    return t.sort_by([(k, "ascending") for k in keys])
+
+
+def assert_same(spark_dir: Path, ref: replay.ReplayResult) -> None:
+    """Every partition of every scenario, and every scenario figure, agree."""
+    got = pq.read_table(spark_dir / "partitions.parquet").select(rm.ROW_COLUMNS)
+    want = ref.rows.select(rm.ROW_COLUMNS)
+    assert got.num_rows == want.num_rows
+    got = _sorted(got.cast(want.schema), rm.ROW_KEY)
+    want = _sorted(want, rm.ROW_KEY)
+    for c in rm.ROW_COLUMNS:
+        if not got.column(c).equals(want.column(c)):
+            a, b = got.column(c).to_pylist(), want.column(c).to_pylist()
+            i = next(i for i in range(len(a)) if a[i] != b[i])
+            raise AssertionError(f"column {c} differs: spark {got.slice(i, 1).to_pylist()} vs "
+                                 f"reference {want.slice(i, 1).to_pylist()}")
+    gs = pq.read_table(spark_dir / "scenarios.parquet").to_pylist()
+    ws = ref.scenarios.to_pylist()
+    assert len(gs) == len(ws)
+    for g, w in zip(gs, ws, strict=True):
+        for k in rm.SCENARIO_COLUMNS:
+            same = math.isclose(g[k], w[k], rel_tol=1e-12) if isinstance(w[k], float) else g[k] == w[k]
+            assert same, f"{w['name']}: {k} spark {g[k]} vs reference {w[k]}"
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=clusters())
+def test_spark_job_agrees_with_reference_on_every_partition_of_every_scenario(spark, case):
+    desc, drain, moves, version = case
+    snap = risk.snapshot_from_cluster(parse_cluster(desc))
+    with tempfile.TemporaryDirectory() as tmp:
+        plan_dir = None
+        if moves:
+            plan_dir = Path(tmp) / "plan"
+            plan_dir.mkdir()
+            (plan_dir / "reassignment.json").write_bytes(encode_reassignment(moves))
+        req = risk.RiskRequest(snapshot=snap, out=Path(tmp) / "risk", drains=[drain], all_brokers=True,
+                               all_racks=True, plan=plan_dir, kafka_version=version)
+        prepared = risk.prepare(req)
+        risk.load_job().run(spark, prepared, req.out)
+        state = replay.ClusterState.from_snapshot(snap)
+        ref = replay.replay(state, prepared.scenarios, version, state.with_plan(moves) if moves else None)
+        assert_same(Path(req.out), ref)
+        summary = json.loads((Path(req.out) / "summary.json").read_text())
+        assert summary["baseline"]["current"] == replay.baseline(state, version)
+
+
+# ------------------------------------------------------------------------------------------ bad input
+def write_seed_snapshot(d: Path) -> Path:
+    """The seed incident: broker 1 holds the only replica of payments-0."""
+    desc = {"brokers": [{"id": i, "rack": f"r{i}"} for i in (1, 2, 3)],
+            "topics": [{"name": "payments", "partitions": [{"replicas": [1]}]},
+                       {"name": "orders", "config": {"min.insync.replicas": "2"},
+                        "partitions": [{"replicas": [1, 2, 3]}, {"replicas": [2, 3, 1]}, {"replicas": [3, 1, 2]}]}]}
+    s = risk.snapshot_from_cluster(parse_cluster(desc))
+    return sio.write_snapshot(d, s.manifest, s.brokers, s.topics, s.partitions)
+
+
+@pytest.fixture
+def seed(tmp_path) -> Path:
+    return write_seed_snapshot(tmp_path / "snap")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--drain", "1,9"], "unknown broker id"),
+    (["--drain", " , "], "empty"),
+    (["--drain", "one"], "comma-separated list of broker ids"),
+    (["--drain-rack", "nowhere"], "unknown rack 'nowhere'"),
+    (["--kafka-version", "4.1"], "no ZooKeeper mode"),
+    (["--plan", "/nonexistent/plan"], "does not exist"),
+])
+def test_bad_requests_exit_2_with_a_clear_message(seed, tmp_path, capsys, args, message):
+    rc = cli.main(["risk", "--snapshot", str(seed), "--out", str(tmp_path / "out"), *args])
+    assert rc == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_or_incompatible_snapshot_exits_2(tmp_path, capsys):
+    rc = cli.main(["risk", "--snapshot", str(tmp_path / "nope"), "--out", str(tmp_path / "out")])
+    assert rc == 2 and "does not exist" in capsys.readouterr().err
+    d = write_seed_snapshot(tmp_path / "old")
+    manifest = json.loads((d / "manifest.json").read_text())
+    (d / "manifest.json").write_text(json.dumps({**manifest, "format": "kplan-snapshot/0"}))
+    rc = cli.main(["risk", "--snapshot", str(d), "--out", str(tmp_path / "out")])
+    assert rc == 2 and "kplan-snapshot/0" in capsys.readouterr().err
+    d = write_seed_snapshot(tmp_path / "broken")
+    pq.write_table(pq.read_table(d / "partitions.parquet").drop(["isr"]), d / "partitions.parquet")
+    rc = cli.main(["risk", "--snapshot", str(d), "--out", str(tmp_path / "out")])
+    assert rc == 2 and "lacks columns ['isr']" in capsys.readouterr().err
+
+
+def test_plan_naming_unknown_partitions_or_brokers_exits_2(seed, tmp_path, capsys):
+    plan = tmp_path / "plan"
+    plan.mkdir()
+    for entry, message in [(ReassignEntry("payments", 3, (2,)), "payments-3"),
+                           (ReassignEntry("payments", 0, (7,)), "[7]")]:
+        (plan / "reassignment.json").write_bytes(encode_reassignment([entry]))
+        rc = cli.main(["risk", "--snapshot", str(seed), "--out", str(tmp_path / "out"), "--plan", str(plan)])
+        assert rc == 2 and message in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------- end to end
+def test_cli_names_the_seed_incident_and_scores_the_plan(spark, seed, tmp_path, capsys):
+    out = tmp_path / "risk"
+    assert cli.main(["risk", "--snapshot", str(seed), "--out", str(out), "--drain", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "drain 1 [controlled]" in text and "CRITICAL" in text
+    assert "payments-0: replicas [1] leader 1 isr [1] -> leader -1 isr [1]" in text
+    assert "\033[" not in text  # no colour when stdout is not a terminal
+    for f in ("scenarios.parquet", "summary.json"):
+        assert (out / f).is_file()
+    assert pq.read_table(out / "partitions.parquet").num_rows == 2 * 4  # 4 partitions on broker 1, 2 modes
+    # a plan that moves payments-0 to broker 2 leaves draining broker 1 at "medium" (orders at min ISR)
+    plan = tmp_path / "plan"
+    plan.mkdir()
+    (plan / "reassignment.json").write_bytes(encode_reassignment([ReassignEntry("payments", 0, (2,))]))
+    assert cli.main(["risk", "--snapshot", str(seed), "--out", str(out), "--drain", "1", "--plan", str(plan),
+                     "--json", "--fail-on", "critical"]) == 1
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["level_by_state"] == {"current": "critical", "plan": "medium"}
+    after = [s for s in summary["scenarios"] if s["state"] == "plan"]
+    assert [s["name"] for s in after] == ["after plan: drain 1 [controlled]", "after plan: drain 1 [failure]"]
+    assert all(s["offline"] == 0 and s["at_min_isr"] == 3 for s in after)
+
+
+def test_spark_submit_runs_the_same_job(seed, tmp_path):
+    out = tmp_path / "risk"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "planner.cli", "risk", "--snapshot", str(seed), "--out", str(out),
+                           "--all-racks", "--mode", "failure", "--spark-submit", "--json"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert [s["name"] for s in summary["scenarios"]] == ["rack r1 [failure]", "rack r2 [failure]", "rack r3 [failure]"]
+    r1 = summary["scenarios"][0]
+    assert (r1["level"], r1["offline"], r1["rf1_hit"], r1["evaluated"]) == ("critical", 1, 1, 4)
+    assert r1["worst_partitions"][0]["topic"] == "payments"
+    assert "spark-submit" in done.stderr

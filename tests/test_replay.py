@@ -1,0 +1,246 @@
+"""The reference replay against hand-worked cases from docs/KAFKA_ZK.md §2 (expected values worked out by
+hand from the rules, not from the code), plus the outcome/level definitions of planner.risk_model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner import replay, risk
+from planner import risk_model as rm
+from planner.cluster import parse_cluster
+from planner.codec import ReassignEntry
+from planner.errors import BadInput
+
+
+def snap(topics: list[dict], brokers: int | list[dict] = 3, **extra) -> risk.sio.Snapshot:
+    if isinstance(brokers, int):
+        brokers = [{"id": i, "rack": f"r{(i - 1) % 3 + 1}"} for i in range(1, brokers + 1)]
+    return risk.snapshot_from_cluster(parse_cluster({"brokers": brokers, "topics": topics, **extra}))
+
+
+def topic(name: str, *parts: dict, **config: str) -> dict:
+    cfg = {k.replace("_", "."): v for k, v in config.items()}
+    return {"name": name, "config": cfg, "partitions": list(parts)}
+
+
+def run(s: risk.sio.Snapshot, drain: tuple[int, ...], mode: str = "failure", version: str = "3.7",
+        rolling: bool = False) -> tuple[list[dict], list[dict]]:
+    """Replay one drain (and its rolling steps when asked); rows and scenario rows as dicts."""
+    info = risk.open_snapshot(s)
+    scenarios = [x for x in risk.build_scenarios(info, [drain], modes=(mode,))
+                 if (x.kind == "rolling") == rolling]
+    res = replay.replay(replay.ClusterState.from_snapshot(s), scenarios, version)
+    return res.rows.to_pylist(), res.scenarios.to_pylist()
+
+
+def row(rows: list[dict], name: str, partition: int = 0, scenario: int | None = None) -> dict:
+    found = [r for r in rows if r["topic"] == name and r["partition"] == partition
+             and (scenario is None or r["scenario_id"] == scenario)]
+    assert len(found) == 1, found
+    return found[0]
+
+
+# --------------------------------------------------------------------------------------- seed incident
+@pytest.mark.parametrize("mode", ["failure", "controlled"])
+def test_seed_incident_rf1_on_broker_1_goes_offline_and_is_critical(mode):
+    s = snap([topic("payments", {"replicas": [1]}),
+              topic("orders", {"replicas": [1, 2, 3]}, {"replicas": [2, 3, 1]}, min_insync_replicas="2")])
+    rows, scen = run(s, (1,), mode)
+    p = row(rows, "payments")
+    # KAFKA_ZK.md: the RF=1 topic shows exactly {"leader":-1,"isr":[1]} after broker 1 is gone
+    assert (p["new_leader"], p["new_isr"]) == (-1, [1])
+    assert p["offline"] and p["rf1_hit"] and not p["would_need_unclean"] and p["severity"] == 4
+    assert scen[0]["level"] == "critical" and scen[0]["offline"] == 1 and scen[0]["rf1_hit"] == 1
+    # the RF=3 partitions survive: orders-0 led by 1 moves to 2, orders-1 loses its follower 1
+    assert (row(rows, "orders", 0)["new_leader"], row(rows, "orders", 0)["new_isr"]) == (2, [2, 3])
+    assert (row(rows, "orders", 1)["new_leader"], row(rows, "orders", 1)["new_isr"]) == (2, [2, 3])
+
+
+# ------------------------------------------------------------------------------------ offline election
+@pytest.mark.parametrize("mode", ["failure", "controlled"])
+def test_new_leader_is_first_live_isr_member_in_assignment_order(mode):
+    # lowest live ISR id would be 2, ISR order would give 3; assignment order gives 4
+    s = snap([topic("t", {"replicas": [5, 4, 2, 3], "leader": 5, "isr": [3, 2, 4, 5]})], brokers=5)
+    rows, _ = run(s, (5,), mode)
+    r = row(rows, "t")
+    assert r["new_leader"] == 4
+    assert r["new_isr"] == [3, 2, 4]  # ISR order kept
+    assert r["leadership_moved"] and not r["offline"]
+
+
+def test_unclean_election_only_where_the_topic_allows_it():
+    parts = {"replicas": [1, 2, 3], "leader": 1, "isr": [1]}
+    s = snap([topic("safe", parts), topic("lossy", parts, unclean_leader_election_enable="true")])
+    rows, scen = run(s, (1,))
+    safe, lossy = row(rows, "safe"), row(rows, "lossy")
+    assert (safe["new_leader"], safe["new_isr"]) == (-1, [1])
+    assert safe["offline"] and safe["would_need_unclean"] and not safe["unclean_taken"]
+    assert (lossy["new_leader"], lossy["new_isr"]) == (2, [2])  # first live replica, ISR = [leader]
+    assert lossy["unclean_taken"] and not lossy["offline"]
+    assert scen[0]["unclean_taken"] == 1 and scen[0]["would_need_unclean"] == 1 and scen[0]["level"] == "critical"
+
+
+def test_topic_override_beats_broker_default_for_unclean():
+    parts = {"replicas": [1, 2], "leader": 1, "isr": [1]}
+    s = snap([topic("a", parts), topic("b", parts, unclean_leader_election_enable="false")],
+             broker_defaults={"unclean.leader.election.enable": "true"})
+    rows, _ = run(s, (1,))
+    assert row(rows, "a")["new_leader"] == 2 and row(rows, "a")["unclean_taken"]
+    assert row(rows, "b")["new_leader"] == -1 and row(rows, "b")["would_need_unclean"]
+
+
+def test_isr_never_empties_the_highest_gone_member_stays():
+    s = snap([topic("t", {"replicas": [1, 2, 3], "leader": 1, "isr": [2, 1]})])
+    rows, _ = run(s, (1, 2))
+    r = row(rows, "t")
+    assert (r["new_leader"], r["new_isr"]) == (-1, [2])
+    assert r["would_need_unclean"]  # broker 3 is a live replica, out of sync
+    gone = np.zeros(10, dtype=bool)
+    gone[[1, 2]] = True
+    isr = np.array([[2, 1, -1], [3, 1, 2], [1, -1, -1], [-1, -1, -1]], dtype=np.int32)
+    assert replay.remove_from_isr(isr, gone).tolist() == [[2, -1, -1], [3, -1, -1], [1, -1, -1], [-1, -1, -1]]
+
+
+# ---------------------------------------------------------------------------------- controlled shutdown
+def test_controlled_shutdown_of_leader_follower_and_two_brokers():
+    s = snap([topic("t", {"replicas": [1, 2, 3]}, min_insync_replicas="2")])
+    led = row(run(s, (1,), "controlled")[0], "t")
+    assert (led["new_leader"], led["new_isr"]) == (2, [2, 3]) and led["at_min_isr"] and led["leadership_moved"]
+    followed = row(run(s, (2,), "controlled")[0], "t")
+    assert (followed["new_leader"], followed["new_isr"]) == (1, [1, 3]) and not followed["leadership_moved"]
+    both = row(run(s, (1, 2), "controlled")[0], "t")
+    assert (both["new_leader"], both["new_isr"]) == (3, [3]) and both["under_min_isr"]
+
+
+def test_controlled_shutdown_without_candidate_ends_as_hard_failure():
+    s = snap([topic("t", {"replicas": [1, 2, 3], "leader": 1, "isr": [1, 2]}),
+              topic("u", {"replicas": [1, 2, 3], "leader": 1, "isr": [1]}, unclean_leader_election_enable="true")])
+    rows, _ = run(s, (1, 2), "controlled")
+    t = row(rows, "t")
+    # found against the sandbox: follower 2 leaves the ISR during its controlled shutdown while leader 1
+    # has nowhere to go, so the ISR ends as [1] (a kill of both leaves the highest id, [2], instead)
+    assert (t["new_leader"], t["new_isr"]) == (-1, [1]) and t["offline"] and t["would_need_unclean"]
+    assert row(run(s, (1, 2), "failure")[0], "t")["new_isr"] == [2]
+    u = row(rows, "u")  # the broker stops anyway; the controller then takes the unclean election
+    assert (u["new_leader"], u["new_isr"]) == (3, [3]) and u["unclean_taken"]
+
+
+def test_controlled_keeps_dead_isr_members_failure_restricts_to_live():
+    brokers = [{"id": 1}, {"id": 2}, {"id": 3}, {"id": 4, "alive": False}]
+    s = snap([topic("t", {"replicas": [1, 2, 4], "leader": 1, "isr": [1, 2, 4]})], brokers=brokers)
+    c = row(run(s, (1,), "controlled")[0], "t")
+    f = row(run(s, (1,), "failure")[0], "t")
+    assert (c["new_leader"], c["new_isr"]) == (2, [2, 4])  # ISR minus the stopping set only
+    assert (f["new_leader"], f["new_isr"]) == (2, [2])  # offline rule: ISR restricted to live brokers
+
+
+# ---------------------------------------------------------------------------------------- min ISR rule
+def test_effective_min_isr_before_and_since_kafka_3_7():
+    s = snap([topic("t", {"replicas": [1, 2]}, min_insync_replicas="3")])
+    state = replay.ClusterState.from_snapshot(s)
+    # healthy RF=2 with min.insync.replicas=3: since 3.7 the effective min is 2 -> at min ISR;
+    # before, 3 -> every acks=all write is already rejected (under min ISR)
+    assert replay.baseline(state, "3.7") | {} == {"partitions": 1, "offline": 0, "under_min_isr": 0,
+                                                  "at_min_isr": 1, "under_replicated": 0, "rf1": 0}
+    assert replay.baseline(state, "3.6")["under_min_isr"] == 1 and replay.baseline(state, "3.6")["at_min_isr"] == 0
+    assert row(run(s, (2,), version="3.7")[0], "t")["eff_min_isr"] == 2
+    assert row(run(s, (2,), version="3.6.2")[0], "t")["eff_min_isr"] == 3
+    assert row(run(s, (2,), version="2.8")[0], "t")["under_min_isr"]
+
+
+@pytest.mark.parametrize("bad", ["4.0", "three", "1.1", ""])
+def test_kafka_version_must_be_a_zookeeper_era_version(bad):
+    with pytest.raises(BadInput):
+        rm.parse_kafka_version(bad)
+
+
+# ------------------------------------------------------------------------------ new / offline partitions
+def test_leaderless_new_partition_gets_first_live_replica_or_stays_leaderless():
+    s = snap([topic("fresh", {"replicas": [1, 2], "no_state": True})])
+    r = row(run(s, (1,))[0], "fresh")
+    assert (r["leader"], r["new_leader"], r["new_isr"]) == (-1, 2, [2]) and not r["offline"]
+    r = row(run(s, (1, 2))[0], "fresh")
+    assert (r["new_leader"], r["new_isr"]) == (-1, []) and r["offline"] and not r["would_need_unclean"]
+    table = replay.predict(s, [1], "failure").to_pylist()
+    assert table == [{"topic": "fresh", "partition": 0, "leader": 2, "isr": [2], "offline": False, "has_state": True}]
+
+
+def test_already_offline_partition_stays_offline():
+    brokers = [{"id": 1}, {"id": 2}, {"id": 3, "alive": False}]
+    s = snap([topic("t", {"replicas": [3, 1], "leader": -1, "isr": [3]})], brokers=brokers)
+    r = row(run(s, (1,))[0], "t")
+    assert (r["new_leader"], r["new_isr"]) == (-1, [3]) and r["was_offline"] and r["offline"]
+    assert not r["would_need_unclean"]  # broker 1, the only other replica, is the one going away
+
+
+# -------------------------------------------------------------------------------------------- rolling
+def test_rolling_restart_steps_start_from_the_previous_step_after_its_brokers_returned():
+    s = snap([topic("t", {"replicas": [1, 2, 3]}), topic("solo", {"replicas": [1]})])
+    rows, scen = run(s, (1, 2), "controlled", rolling=True)
+    step1, step2 = (x["scenario_id"] for x in scen)
+    t1 = row(rows, "t", scenario=step1)
+    assert (t1["leader"], t1["new_leader"], t1["new_isr"], t1["returned_leader"]) == (1, 2, [2, 3], 2)
+    solo = row(rows, "solo", scenario=step1)
+    assert (solo["new_leader"], solo["returned_leader"]) == (-1, 1)  # re-elected when broker 1 is back
+    # step 2 starts from leader 2 (no preferred election between steps) and ISR [2,3,1] (1 rejoined)
+    t2 = row(rows, "t", scenario=step2)
+    assert (t2["leader"], t2["isr"]) == (2, [2, 3, 1])
+    assert (t2["new_leader"], t2["new_isr"]) == (1, [3, 1])  # first live ISR replica in assignment order
+    assert not [r for r in rows if r["topic"] == "solo" and r["scenario_id"] == step2]
+    # leader load over the survivors: step 1 leaves {2: 1, 3: 0}; step 2 leaves {1: 2, 3: 0}
+    assert [(x["survivors"], x["leaders_total"], x["leader_max"]) for x in scen] == [(2, 1, 1), (2, 2, 2)]
+
+
+# ------------------------------------------------------------------------------------ levels and plan
+def test_levels_low_medium_high_critical():
+    healthy = snap([topic("t", {"replicas": [1, 2, 3]}, {"replicas": [2, 3, 1]}, {"replicas": [3, 1, 2]},
+                          min_insync_replicas="1")], brokers=4)
+    _, scen = run(healthy, (4,))
+    assert scen[0]["level"] == "low" and scen[0]["evaluated"] == 0
+    _, scen = run(healthy, (1,))  # leaders {2: 2, 3: 1}: max 2 vs ideal 3/3 = 1 -> skewed (> 1.5x)
+    assert (scen[0]["leader_max"], scen[0]["leaders_total"], scen[0]["survivors"]) == (2, 3, 3)
+    assert scen[0]["level"] == "medium" and scen[0]["at_min_isr"] == 0
+    min2 = snap([topic("t", {"replicas": [1, 2, 3]}, min_insync_replicas="2")])
+    assert run(min2, (3,))[1][0]["level"] == "medium"  # at min ISR
+    assert run(min2, (2, 3))[1][0]["level"] == "high"  # under min ISR
+    assert run(min2, (1, 2, 3))[1][0]["level"] == "critical"
+
+
+def test_score_and_level_come_from_the_counts():
+    env = {"offline": np.array([0, 0, 0, 1]), "unclean_taken": np.array([0, 0, 0, 0]),
+           "under_min_isr": np.array([0, 0, 3, 0]), "at_min_isr": np.array([0, 5, 0, 0]),
+           "under_replicated": np.array([0, 5, 3, 1]), "leader_max": np.array([1, 1, 1, 1]),
+           "survivors": np.array([2, 2, 2, 2]), "leaders_total": np.array([2, 2, 2, 2])}
+    assert rm.eval_numpy(rm.LEVEL_RANK, env).tolist() == [0, 1, 2, 3]
+    assert rm.eval_numpy(rm.SCORE, env).tolist() == [0, 55, 303, 10001]
+
+
+def test_plan_state_moves_partitions_to_target_with_preferred_leader():
+    s = snap([topic("t", {"replicas": [1, 2]}, {"replicas": [2, 3]})], brokers=4)
+    state = replay.ClusterState.from_snapshot(s).with_plan([ReassignEntry("t", 0, (4, 3))])
+    assert state.replicas[0].tolist()[:2] == [4, 3] and state.isr[0].tolist()[:2] == [4, 3]
+    assert state.leader.tolist() == [4, 2]
+    table = replay.predict(state, [1], "failure").to_pylist()
+    assert [r["leader"] for r in table] == [4, 2] and not any(r["offline"] for r in table)
+    with pytest.raises(BadInput, match="t-7"):
+        replay.ClusterState.from_snapshot(s).with_plan([ReassignEntry("t", 7, (1, 2))])
+
+
+def test_scenario_list_and_names():
+    s = snap([topic("t", {"replicas": [1, 2, 3]})], brokers=[{"id": 1, "rack": "a"}, {"id": 2, "rack": "b"},
+                                                          {"id": 3, "rack": "a"}, {"id": 4, "alive": False}])
+    info = risk.open_snapshot(s)
+    names = [x.name for x in risk.build_scenarios(info, [(3, 1)], modes=("controlled",), all_brokers=True,
+                                                 all_racks=True)]
+    assert names == ["drain 3,1 [controlled]", "rolling 3,1 step 1/2 (broker 3) [controlled]",
+                     "rolling 3,1 step 2/2 (broker 1) [controlled]", "rack a [controlled]", "rack b [controlled]",
+                     "broker 1 [controlled]", "broker 2 [controlled]", "broker 3 [controlled]"]
+    default = risk.build_scenarios(info)  # no drain: every live broker and every rack, both modes
+    assert len(default) == 2 * (2 + 3) and {x.mode for x in default} == {"controlled", "failure"}
+    with pytest.raises(BadInput, match="unknown broker"):
+        risk.build_scenarios(info, [(9,)])
+    with pytest.raises(BadInput, match="unknown rack"):
+        risk.build_scenarios(info, drain_racks=["z"])
+    with pytest.raises(BadInput, match="empty"):
+        risk.parse_brokers(" , ")
