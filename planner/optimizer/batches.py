@@ -1,0 +1,114 @@
+"""Batches: the order in which a plan is applied.
+
+Batch 0 is leadership only (replica lists reordered, no data copied; apply follows it with a preferred
+election). For a drain it also moves leadership off the drained brokers before any data moves: a partition led
+from a drained broker gets, for now, its current replicas with a non-drained one first (the final leader if it
+already holds a replica, else the first registered in-sync replica). Then data batches: first-fit in size
+order (smallest first unless told otherwise), with at most `limit` moves per broker per batch, where a move
+counts against every broker it adds a replica to or removes one from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.optimizer.problem import Problem
+
+
+@dataclass
+class Batch:
+    index: int
+    kind: str              # "leadership" | "data"
+    rows: np.ndarray       # partition rows, in apply order
+    replicas: np.ndarray   # (len(rows), R) the lists this batch writes, -1 padded
+
+
+def changed_sets(original: np.ndarray, final: np.ndarray) -> np.ndarray:
+    """Rows whose replica *set* changes (data moves), as opposed to order-only changes."""
+    a = np.sort(original, axis=1)
+    b = np.sort(final, axis=1)
+    return (a != b).any(axis=1)
+
+
+def make_batches(pb: Problem, final: np.ndarray, drained: np.ndarray, limit: int = 5,
+                 order: str = "smallest-first") -> list[Batch]:
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    orig = pb.replicas
+    data = changed_sets(orig, final)
+    leader_only = (orig != final).any(axis=1) & ~data
+    batches: list[Batch] = []
+
+    lead_rows = [np.flatnonzero(leader_only)]
+    lead_lists = [final[leader_only]]
+    if drained.any() and orig.shape[1]:
+        eligible = pb.alive & ~drained
+        first = orig[:, 0]
+        off = data & (first >= 0) & drained[np.maximum(first, 0)]
+        rows = np.flatnonzero(off)
+        sub = orig[rows]
+        ok = (sub >= 0) & eligible[np.maximum(sub, 0)]
+        in_isr = _in_isr(pb, rows, sub)
+        target = final[rows, 0]
+        # preference: the final leader if it already is a replica, then registered in-sync, then registered
+        score = np.where(sub == target[:, None], 3, 0) + np.where(ok & in_isr, 2, 0) + np.where(ok, 1, 0)
+        score = np.where(ok, score, -1)
+        j = np.argmax(score, axis=1)
+        has = score[np.arange(len(rows)), j] >= 0
+        rows, sub, j = rows[has], sub[has], j[has]
+        col = np.arange(sub.shape[1])[None, :]
+        key = np.where(col == j[:, None], -1, col)
+        lead_rows.append(rows)
+        lead_lists.append(np.take_along_axis(sub, np.argsort(key, axis=1, kind="stable"), axis=1))
+    lr = np.concatenate(lead_rows)
+    if len(lr):
+        ll = np.concatenate(lead_lists)
+        o = np.argsort(lr, kind="stable")
+        batches.append(Batch(0, "leadership", lr[o], ll[o]))
+
+    rows = np.flatnonzero(data)
+    if len(rows):
+        size = pb.sizes[rows]
+        if pb.sizes_known:
+            key = size if order == "smallest-first" else -size
+            rows = rows[np.lexsort((rows, key))]
+        for group in _first_fit(orig[rows], final[rows], limit, pb.num_brokers):
+            r = rows[group]
+            batches.append(Batch(len(batches), "data", r, final[r]))
+    return batches
+
+
+def _in_isr(pb: Problem, rows: np.ndarray, sub: np.ndarray) -> np.ndarray:
+    if pb.isr is None or not pb.isr.shape[1]:
+        return np.ones(sub.shape, dtype=bool)
+    isr = pb.isr[rows]
+    return ((sub[:, :, None] == isr[:, None, :]) & (sub[:, :, None] >= 0)).any(axis=2)
+
+
+def _first_fit(orig: np.ndarray, final: np.ndarray, limit: int, n_brokers: int) -> list[np.ndarray]:
+    """Assign moves (in the given order) to the first batch where every broker they touch has room."""
+    added = (final >= 0) & ~(final[:, :, None] == orig[:, None, :]).any(axis=2)
+    removed = (orig >= 0) & ~(orig[:, :, None] == final[:, None, :]).any(axis=2)
+    touched = [np.concatenate([f[a], o[r]]).tolist() for f, a, o, r in zip(final, added, orig, removed,
+                                                                            strict=True)]
+    load: list[np.ndarray] = []
+    first_free = np.zeros(n_brokers, dtype=np.int64)
+    assign = np.empty(len(touched), dtype=np.int64)
+    for i, brokers in enumerate(touched):
+        k = int(first_free[brokers].max()) if brokers else 0
+        while True:
+            while k >= len(load):
+                load.append(np.zeros(n_brokers, dtype=np.int32))
+            if all(load[k][b] < limit for b in brokers):
+                break
+            k += 1
+        for b in brokers:
+            load[k][b] += 1
+            while first_free[b] < len(load) and load[int(first_free[b])][b] >= limit:
+                first_free[b] += 1
+        assign[i] = k
+    order = np.argsort(assign, kind="stable")
+    bounds = np.searchsorted(assign[order], np.arange(len(load) + 1))
+    return [order[bounds[k]:bounds[k + 1]] for k in range(len(load)) if bounds[k + 1] > bounds[k]]

@@ -1,0 +1,189 @@
+"""One plan from a Problem: placement (drain or rebalance), then leader order, then checks, batches, figures.
+
+Decomposition, because each step is a network flow that scales: data placement first (the expensive part,
+the only one that moves bytes), then the preferred-leader order on the final placement (free: reorders).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from planner.errors import BadInput
+from planner.optimizer.batches import Batch, changed_sets, make_batches
+from planner.optimizer.checks import verify_plan
+from planner.optimizer.drain import place_drain
+from planner.optimizer.leaders import choose_leaders
+from planner.optimizer.problem import Problem
+from planner.optimizer.rebalance import RebalanceInfo, place_rebalance
+
+ORDERS = ("smallest-first", "largest-first")
+
+
+@dataclass
+class Params:
+    kind: str                                   # "drain" | "rebalance"
+    brokers: list[int] = field(default_factory=list)
+    max_moves: int | None = None
+    max_bytes: int | None = None
+    max_concurrent_per_broker: int = 5
+    order: str = "smallest-first"
+    balance: str = "auto"                       # rebalance: auto | count | bytes
+
+    def validate(self) -> None:
+        if self.kind not in ("drain", "rebalance"):
+            raise BadInput(f"unknown plan kind {self.kind!r}")
+        if self.kind == "drain" and not self.brokers:
+            raise BadInput("a drain needs at least one broker (--brokers 1,2)")
+        if len(set(self.brokers)) != len(self.brokers):
+            raise BadInput(f"--brokers lists a broker twice: {self.brokers}")
+        if self.max_concurrent_per_broker < 1:
+            raise BadInput("--max-concurrent-per-broker must be at least 1")
+        for name in ("max_moves", "max_bytes"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise BadInput(f"--{name.replace('_', '-')} must not be negative")
+        if self.order not in ORDERS:
+            raise BadInput(f"--order must be one of {', '.join(ORDERS)}")
+        if self.balance not in ("auto", "count", "bytes"):
+            raise BadInput("--balance must be auto, count or bytes")
+
+
+@dataclass
+class PlanResult:
+    problem: Problem
+    params: Params
+    drained: np.ndarray          # (B,) bool
+    eligible: np.ndarray         # (B,) bool
+    placed: np.ndarray           # (P, R) after placement, before leader order
+    final: np.ndarray            # (P, R) final ordered lists
+    topic_bound: np.ndarray      # (T,) per-topic bound the leader step met
+    leader_method: str
+    batches: list[Batch]
+    rebalance: RebalanceInfo | None
+    timings: dict[str, float]
+    warnings: list[str]
+
+    @property
+    def changed(self) -> np.ndarray:
+        return np.flatnonzero((self.final != self.problem.replicas).any(axis=1))
+
+
+def make_plan(pb: Problem, params: Params, progress: Callable[[str], None] | None = None) -> PlanResult:
+    params.validate()
+    say = progress or (lambda _msg: None)
+    timings: dict[str, float] = {}
+    B = pb.num_brokers
+    drained = np.zeros(B, dtype=bool)
+    if params.kind == "drain":
+        drained[pb.broker_index(params.brokers)] = True
+    eligible = pb.alive & ~drained
+    if not eligible.any():
+        raise BadInput("no registered broker would remain to hold replicas")
+    warnings = list(pb.warnings)
+    dead = [int(b) for b in pb.broker_ids[drained & ~pb.alive]]
+    if dead:
+        warnings.append(f"drained brokers {dead} are not registered: their replicas are re-created from the "
+                        "other replicas")
+
+    t = time.perf_counter()
+    info = None
+    if params.kind == "drain":
+        say(f"placing the replicas of brokers {params.brokers} (min-cost flow)")
+        placed = place_drain(pb, drained)
+    else:
+        say("choosing rebalance moves (min-cost flow)")
+        placed, info = place_rebalance(pb, eligible, params.balance, params.max_moves, params.max_bytes)
+        warnings.extend(info.unreached)
+    timings["placement_s"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    say("ordering preferred leaders (max flow + min-cost flow)")
+    lr = choose_leaders(pb, placed, eligible, ~pb.fixed)
+    timings["leaders_s"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    verify_plan(pb, lr.ordered, drained)
+    batches = make_batches(pb, lr.ordered, drained, params.max_concurrent_per_broker, params.order)
+    timings["checks_batches_s"] = time.perf_counter() - t
+    return PlanResult(pb, params, drained, eligible, placed, lr.ordered, lr.topic_bound, lr.method, batches,
+                      info, timings, warnings)
+
+
+# ----------------------------------------------------------------------------------------------- figures
+def broker_figures(pb: Problem, matrix: np.ndarray, eligible: np.ndarray) -> dict[str, Any]:
+    """Per-broker replica / preferred-leader / byte counts and their spreads over the eligible brokers."""
+    B = pb.num_brokers
+    valid = matrix >= 0
+    reps = np.bincount(matrix[valid], minlength=B)
+    lead = np.bincount(matrix[:, 0][matrix[:, 0] >= 0], minlength=B) if matrix.shape[1] else np.zeros(B, int)
+    out: dict[str, Any] = {
+        "replicas": reps.tolist(),
+        "preferred_leaders": lead.tolist(),
+        "replica_spread": _spread(reps[eligible]),
+        "leader_spread": _spread(lead[eligible]),
+    }
+    if pb.sizes_known:
+        w = np.broadcast_to(pb.sizes[:, None], matrix.shape)[valid]
+        by = np.bincount(matrix[valid], weights=w, minlength=B).astype(np.int64)
+        e = by[eligible]
+        mean = float(e.mean()) if len(e) else 0.0
+        out["bytes"] = by.tolist()
+        out["bytes_max_deviation_pct"] = round(100.0 * float(np.abs(e - mean).max()) / mean, 3) if mean else 0.0
+    return out
+
+
+def _spread(x: np.ndarray) -> int:
+    return int(x.max() - x.min()) if len(x) else 0
+
+
+def topic_leader_max(pb: Problem, matrix: np.ndarray) -> np.ndarray:
+    """(T,) the most partitions of each topic one broker is preferred leader of."""
+    T = len(pb.topic_names)
+    lead = matrix[:, 0] if matrix.shape[1] else np.full(len(matrix), -1)
+    ok = lead >= 0
+    keys = pb.topic_of[ok].astype(np.int64) * pb.num_brokers + lead[ok]
+    k, c = np.unique(keys, return_counts=True)
+    out = np.zeros(T, dtype=np.int64)
+    np.maximum.at(out, k // pb.num_brokers, c)
+    return out
+
+
+def move_figures(res: PlanResult) -> dict[str, Any]:
+    pb = res.problem
+    orig, final = pb.replicas, res.final
+    data = changed_sets(orig, final)
+    added = (final >= 0) & ~(final[:, :, None] == orig[:, None, :]).any(axis=2)
+    n_added = added.sum(axis=1)
+    replica_moves = int(n_added.sum())
+    bytes_moved = int((n_added * np.maximum(pb.sizes, 0)).sum()) if pb.sizes_known else None
+    leader_changes = int(((final[:, 0] != orig[:, 0]) if orig.shape[1] else np.zeros(0, bool)).sum())
+    if res.params.kind == "drain":
+        lb = int(((orig >= 0) & res.drained[np.maximum(orig, 0)]).sum())
+        lb_bytes = None
+        if pb.sizes_known:
+            on = ((orig >= 0) & res.drained[np.maximum(orig, 0)]).sum(axis=1)
+            lb_bytes = int((on * np.maximum(pb.sizes, 0)).sum())
+        extra: dict[str, Any] = {}
+    else:
+        info = res.rebalance
+        assert info is not None
+        lb = info.lower_bound_moves
+        lb_bytes = info.lower_bound_bytes
+        extra = {"balance": info.mode, "excess_over_ceil_mean": info.excess_over_ceil_mean,
+                 "leader_repair_moves": info.repair_moves, "rounds": info.rounds}
+    return {
+        "replica_moves": replica_moves,
+        "partitions_moved": int(data.sum()),
+        "bytes_moved": bytes_moved,
+        "lower_bound_moves": lb,
+        "lower_bound_bytes": lb_bytes,
+        "moves_over_lower_bound": round(replica_moves / lb, 4) if lb else (1.0 if replica_moves == 0 else None),
+        "leadership_changes": leader_changes,
+        "leader_only_partitions": int(((orig != final).any(axis=1) & ~data).sum()),
+        **extra,
+    }

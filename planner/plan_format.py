@@ -1,0 +1,229 @@
+"""The plan artifact (docs/PLAN.md): `plan.json`, `reassignment.json`, `rollback.json`, plus `solve.json`.
+
+`plan.json` is a contract: apply/verify and the review UI read it. It holds no wall-clock time, so the same
+snapshot and parameters give the same three files byte for byte; solver timings go to `solve.json`.
+`reassignment.json` / `rollback.json` are exactly what `kafka-reassign-partitions.sh --execute` takes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from planner.codec import ReassignEntry, decode_reassignment, encode_reassignment
+from planner.errors import BadInput, CodecError
+from planner.optimizer.batches import changed_sets
+from planner.optimizer.planning import PlanResult, broker_figures, move_figures, topic_leader_max
+
+FORMAT = "kplan-plan/1"
+FILES = ("plan.json", "reassignment.json", "rollback.json")
+
+
+def _ids(pb, row: np.ndarray) -> list[int]:
+    return [int(pb.broker_ids[b]) for b in row.tolist() if b >= 0]
+
+
+def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
+    """plan.json as a dict, with its id."""
+    pb = res.problem
+    orig, final = pb.replicas, res.final
+    changed = res.changed
+    data = changed_sets(orig, final)
+    sizes_known = pb.sizes_known
+    moves = []
+    for r in changed.tolist():
+        frm, to = _ids(pb, orig[r]), _ids(pb, final[r])
+        if data[r]:
+            new = len(set(to) - set(frm))
+            nbytes = int(pb.sizes[r]) * new if sizes_known else None
+        else:
+            nbytes = 0
+        moves.append({"topic": pb.topic_names[pb.topic_of[r]], "partition": int(pb.partition[r]), "from": frm,
+                      "to": to, "bytes": nbytes, "kind": "data" if data[r] else "leader"})
+    batches = []
+    for b in res.batches:
+        batches.append({
+            "index": b.index,
+            "kind": b.kind,
+            "partitions": [[pb.topic_names[pb.topic_of[r]], int(pb.partition[r])] for r in b.rows.tolist()],
+            "replicas": [_ids(pb, row) for row in b.replicas],
+        })
+    T = len(pb.topic_names)
+    n_t = np.bincount(pb.topic_of, minlength=T)
+    n_e = int(res.eligible.sum())
+    before_t = topic_leader_max(pb, orig)
+    after_t = topic_leader_max(pb, final)
+    ceil_t = -(-n_t // max(1, n_e))
+    active_t = ~pb.excluded_topic
+    mf = move_figures(res)
+    before = broker_figures(pb, orig, res.eligible)
+    after = broker_figures(pb, final, res.eligible)
+    total_leaders = int(np.asarray(after["preferred_leaders"])[res.eligible].sum())
+    ideal = total_leaders / n_e if n_e else 0.0
+    lead_after = np.asarray(after["preferred_leaders"])[res.eligible]
+    quality = {
+        "replica_spread_after": after["replica_spread"],
+        "leader_spread_after": after["leader_spread"],
+        "ideal_leaders_per_broker": round(ideal, 4),
+        "leaders_within_one_of_ideal": bool((np.abs(lead_after - ideal) <= 1 + 1e-9).all()) if n_e else True,
+        "topics_at_minimum_leader_bound": int(((after_t <= res.topic_bound) & active_t).sum()),
+        "topics_over_ceil_partitions_per_broker": int(((after_t > ceil_t) & active_t).sum()),
+        "max_topic_leaders_per_broker_after": int(after_t[active_t].max()) if active_t.any() else 0,
+    }
+    if "bytes_max_deviation_pct" in after:
+        quality["bytes_max_deviation_pct_after"] = after["bytes_max_deviation_pct"]
+    if res.params.kind == "drain":
+        placement = {"method": "min-cost flow (all drained brokers jointly)", "status": "OPTIMAL"}
+    elif res.rebalance and res.rebalance.exact:
+        placement = {"method": "CP-SAT (small cluster: exact levels, then fewest moves)", "status": "OPTIMAL"}
+    else:
+        placement = {"method": "broker-level min-cost flow + replica transportation flow"
+                     + (" + best-fit byte levelling" if res.rebalance and res.rebalance.mode == "bytes" else ""),
+                     "status": "FEASIBLE"}
+    leaders = {"method": "max-flow topic bounds + one exact min-cost flow" if res.leader_method == "exact"
+               else "max-flow topic bounds + per-topic min-cost flows + broker-level balancing flows",
+               "status": "OPTIMAL" if res.leader_method == "exact" else "FEASIBLE"}
+    doc: dict[str, Any] = {
+        "format": FORMAT,
+        "id": "",
+        "kind": res.params.kind,
+        "snapshot": snapshot,
+        "parameters": parameters,
+        "summary": {**mf, **quality, "batches": len(res.batches)},
+        "brokers": {
+            "ids": [int(b) for b in pb.broker_ids.tolist()],
+            "racks": [pb.rack_names[r] if r >= 0 else None for r in pb.rack_of.tolist()],
+            "alive": [bool(x) for x in pb.alive.tolist()],
+            "drained": [bool(x) for x in res.drained.tolist()],
+            "eligible": [bool(x) for x in res.eligible.tolist()],
+        },
+        "before": before,
+        "after": after,
+        "topics": {
+            "names": list(pb.topic_names),
+            "partitions": n_t.tolist(),
+            "excluded": [bool(x) for x in pb.excluded_topic.tolist()],
+            "max_leaders_per_broker_before": before_t.tolist(),
+            "max_leaders_per_broker_after": after_t.tolist(),
+            "min_achievable": np.where(active_t, res.topic_bound, after_t).astype(int).tolist(),
+            "ceil_partitions_per_broker": ceil_t.tolist(),
+        },
+        "moves": moves,
+        "batches": batches,
+        "solver": {"placement": placement, "leaders": leaders},
+        "warnings": list(res.warnings),
+    }
+    doc["id"] = plan_id(doc)
+    return doc
+
+
+def plan_id(doc: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON (sorted keys, no spaces) of the document without its id."""
+    body = {k: v for k, v in doc.items() if k != "id"}
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+
+def reassignment_entries(res: PlanResult, original: bool = False) -> list[ReassignEntry]:
+    pb = res.problem
+    m = pb.replicas if original else res.final
+    return [ReassignEntry(pb.topic_names[pb.topic_of[r]], int(pb.partition[r]), tuple(_ids(pb, m[r])))
+            for r in res.changed.tolist()]
+
+
+def _dumps(obj: Any, level: int = 0) -> str:
+    """Readable and diff-friendly: objects open up to two levels, each move / batch on its own line."""
+    pad = "  " * (level + 1)
+    if isinstance(obj, dict) and level < 2:
+        items = [f"{pad}{json.dumps(k)}: {_dumps(v, level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + "  " * level + "}" if items else "{}"
+    if isinstance(obj, list) and obj and isinstance(obj[0], dict | list) and level < 2:
+        items = [pad + json.dumps(v, separators=(",", ":"), ensure_ascii=False) for v in obj]
+        return "[\n" + ",\n".join(items) + "\n" + "  " * level + "]"
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def write_plan(out: Path | str, res: PlanResult, snapshot: dict[str, Any], parameters: dict[str, Any],
+               solve: dict[str, Any] | Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Write the three files (each through a temporary name, plan.json last) and solve.json (timings; a
+    callable is called after the three files are written, so it can time the writing)."""
+    out = Path(out)
+    doc = plan_document(res, snapshot, parameters)
+    texts = {
+        "reassignment.json": encode_reassignment(reassignment_entries(res)) + b"\n",
+        "rollback.json": encode_reassignment(reassignment_entries(res, original=True)) + b"\n",
+        "plan.json": (_dumps(doc) + "\n").encode("utf-8"),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("reassignment.json", "rollback.json", "plan.json"):
+        tmp = out / f".{name}.tmp"
+        tmp.write_bytes(texts[name])
+        os.replace(tmp, out / name)
+    info = solve() if callable(solve) else solve
+    (out / "solve.json").write_text(json.dumps({"plan_id": doc["id"], **info}, indent=2) + "\n")
+    return doc
+
+
+@dataclass
+class LoadedPlan:
+    plan: dict[str, Any]
+    reassignment: list[ReassignEntry]
+    rollback: list[ReassignEntry]
+
+    @property
+    def id(self) -> str:
+        return self.plan["id"]
+
+
+def read_plan(path: Path | str) -> LoadedPlan:
+    """Read a plan folder and check that its three files agree with each other and with the plan's id."""
+    path = Path(path)
+    if not path.is_dir():
+        raise BadInput(f"plan folder {path} does not exist")
+    for name in FILES:
+        if not (path / name).is_file():
+            raise BadInput(f"{path} lacks {name}")
+    try:
+        doc = json.loads((path / "plan.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(f"{path / 'plan.json'} is not valid JSON: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise BadInput(f"{path / 'plan.json'} is not a {FORMAT} plan")
+    for key in ("id", "kind", "snapshot", "parameters", "moves", "batches"):
+        if key not in doc:
+            raise BadInput(f"{path / 'plan.json'} lacks {key!r}")
+    if plan_id(doc) != doc["id"]:
+        raise BadInput(f"{path / 'plan.json'}: content does not match its id {doc['id']} (edited after planning?)")
+    try:
+        reassign = decode_reassignment((path / "reassignment.json").read_bytes(), str(path / "reassignment.json"))
+        rollback = decode_reassignment((path / "rollback.json").read_bytes(), str(path / "rollback.json"))
+    except CodecError as e:
+        raise BadInput(str(e)) from None
+    want_to = [(m["topic"], m["partition"], tuple(m["to"])) for m in doc["moves"]]
+    want_from = [(m["topic"], m["partition"], tuple(m["from"])) for m in doc["moves"]]
+    if [(e.topic, e.partition, e.replicas) for e in reassign] != want_to:
+        raise BadInput(f"{path / 'reassignment.json'} does not match the moves of plan {doc['id']}")
+    if [(e.topic, e.partition, e.replicas) for e in rollback] != want_from:
+        raise BadInput(f"{path / 'rollback.json'} does not match the moves of plan {doc['id']}")
+    moved = {(m["topic"], m["partition"]) for m in doc["moves"] if m["kind"] == "data"}
+    in_data = [tuple(p) for b in doc["batches"] if b["kind"] == "data" for p in b["partitions"]]
+    if len(in_data) != len(set(in_data)) or set(in_data) != moved:
+        raise BadInput(f"{path / 'plan.json'}: data batches do not cover each data move exactly once")
+    final = {(m["topic"], m["partition"]): m["to"] for m in doc["moves"]}
+    for b in doc["batches"]:
+        if len(b["partitions"]) != len(b.get("replicas", [])):
+            raise BadInput(f"{path / 'plan.json'}: batch {b['index']} lists {len(b['partitions'])} partitions "
+                           f"but {len(b.get('replicas', []))} replica lists")
+        if b["kind"] == "data":
+            for (t, p), reps in zip(b["partitions"], b["replicas"], strict=True):
+                if final.get((t, p)) != reps:
+                    raise BadInput(f"{path / 'plan.json'}: batch {b['index']} writes {t}-{p} as {reps}, "
+                                   f"not the plan's target {final.get((t, p))}")
+    return LoadedPlan(doc, reassign, rollback)
