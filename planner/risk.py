@@ -102,18 +102,7 @@ def open_snapshot(source: Path | str | sio.Snapshot) -> SnapshotInfo:
     if isinstance(source, sio.Snapshot):
         return SnapshotInfo(source.path, source.manifest, source.brokers, source.topics, source)
     path = Path(source)
-    if not path.is_dir():
-        raise BadInput(f"snapshot folder {path} does not exist")
-    mf = path / "manifest.json"
-    if not mf.exists():
-        raise BadInput(f"{path} has no manifest.json: not a snapshot (or an unfinished one)")
-    try:
-        manifest = json.loads(mf.read_text())
-    except json.JSONDecodeError as e:
-        raise BadInput(f"{mf} is not valid JSON: {e}") from None
-    if manifest.get("format") != sio.FORMAT:
-        raise BadInput(f"{path} is a snapshot of format {manifest.get('format')!r}; this version reads "
-                       f"{sio.FORMAT!r}")
+    manifest = sio.read_manifest(path)
     tables = {}
     for name in ("brokers", "topics", "partitions"):
         f = path / f"{name}.parquet"

@@ -189,7 +189,8 @@ def write_snapshot(out: Path | str, manifest: dict[str, Any], brokers: pa.Table,
     return out
 
 
-def read_snapshot(path: Path | str) -> Snapshot:
+def read_manifest(path: Path | str) -> dict[str, Any]:
+    """The manifest of a complete snapshot folder of this format, or BadInput saying what is wrong."""
     path = Path(path)
     if not path.is_dir():
         raise BadInput(f"snapshot folder {path} does not exist")
@@ -203,6 +204,12 @@ def read_snapshot(path: Path | str) -> Snapshot:
     fmt = manifest.get("format")
     if fmt != FORMAT:
         raise BadInput(f"{path} is a snapshot of format {fmt!r}; this version reads {FORMAT!r}")
+    return manifest
+
+
+def read_snapshot(path: Path | str) -> Snapshot:
+    path = Path(path)
+    manifest = read_manifest(path)
     tables = {}
     for name in SCHEMAS:
         f = path / f"{name}.parquet"
