@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from planner import cli
+from planner.runfolder import RunFolder
 
 
 def _step(title: str, argv: list[str], ok: tuple[int, ...] = (0,)) -> None:
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="leave the sandbox running afterwards")
     args = parser.parse_args(argv)
     run = Path(args.dir).resolve()
+    rf = RunFolder(run)
     sandbox = run / "sandbox"
     if (sandbox / "sandbox.json").exists():
         cli.main(["sandbox", "down", "--dir", str(sandbox)])
@@ -43,17 +45,17 @@ def main(argv: list[str] | None = None) -> int:
         import json
 
         zk = json.loads((sandbox / "sandbox.json").read_text())["connect"]
-        _step("snapshot ZooKeeper", ["snapshot", "--zk", zk, "--out", str(run / "snapshot"),
+        _step("snapshot ZooKeeper", ["snapshot", "--zk", zk, "--out", str(rf.snapshot),
                                      "--sizes", str(sandbox / "logdirs.json")])
         _step(f"risk of draining broker(s) {args.drain}",
-              ["risk", "--snapshot", str(run / "snapshot"), "--out", str(run / "risk"),
+              ["risk", "--snapshot", str(rf.snapshot), "--out", str(rf.risk),
                "--drain", args.drain, "--all-brokers", "--all-racks", "--mode", "both"])
         _step(f"plan the drain of broker(s) {args.drain}",
-              ["plan", "drain", "--snapshot", str(run / "snapshot"), "--brokers", args.drain,
-               "--out", str(run / "plan")])
+              ["plan", "drain", "--snapshot", str(rf.snapshot), "--brokers", args.drain,
+               "--out", str(rf.plan)])
         _step("residual risk once the plan is applied",
-              ["risk", "--snapshot", str(run / "snapshot"), "--out", str(run / "risk-after"),
-               "--drain", args.drain, "--mode", "both", "--plan", str(run / "plan")])
+              ["risk", "--snapshot", str(rf.snapshot), "--out", str(rf.risk_after),
+               "--drain", args.drain, "--mode", "both", "--plan", str(rf.plan)])
     finally:
         if not args.keep and (sandbox / "sandbox.json").exists():
             cli.main(["sandbox", "down", "--dir", str(sandbox)])

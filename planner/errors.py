@@ -1,12 +1,19 @@
-"""Error types that map to the CLI's exit codes (DESIGN.md: 0 done, 1 refused/not converged, 2 bad input)."""
+"""Error types a caller can act on (DESIGN.md exit codes: 0 done, 1 refused/not converged, 2 bad input).
+
+Two questions a scheduler asks of any failure, answered by attributes rather than by parsing messages:
+- `exit_code`: what `kplan` returns when this error ends a command.
+- `retryable`: whether running the same step again, unchanged, may succeed (ZooKeeper down, session lost).
+  Bad input and safety refusals are not retryable: the same request fails the same way.
+"""
 
 from __future__ import annotations
 
 
 class PlannerError(Exception):
-    """Base class. `exit_code` is what `kplan` returns when this error ends a command."""
+    """Base class of every error the planner raises on purpose."""
 
     exit_code = 1
+    retryable = False
 
 
 class BadInput(PlannerError):
@@ -15,8 +22,14 @@ class BadInput(PlannerError):
     exit_code = 2
 
 
-class ZkUnavailable(BadInput):
-    """ZooKeeper could not be reached (or authenticated to) within the time allowed."""
+class ZkUnavailable(PlannerError):
+    """ZooKeeper could not be reached, or the session was lost while reading: transient, try again.
+
+    Exit code 2 as before (nothing was written and the command did not do its job), but not a BadInput:
+    a scheduler retries this one and not those."""
+
+    exit_code = 2
+    retryable = True
 
 
 class NotAKafkaCluster(BadInput):
@@ -37,4 +50,8 @@ class KraftMigration(PlannerError):
 
 
 class SafetyRefusal(PlannerError):
-    """A write was refused by a safety rule (stale plan, lock held, reassignment in flight...)."""
+    """A step was refused by a safety rule (stale plan, lock held, reassignment in flight...)."""
+
+
+class NotConverged(PlannerError):
+    """The cluster did not reach the plan's target within the time allowed (verify); it may still get there."""

@@ -3,27 +3,23 @@
 `plan.json` is a contract: apply/verify and the review UI read it. It holds no wall-clock time, so the same
 snapshot and parameters give the same three files byte for byte; solver timings go to `solve.json`.
 `reassignment.json` / `rollback.json` are exactly what `kafka-reassign-partitions.sh --execute` takes.
+The reader and the id function are in planner.plan_model (no solver needed to read a plan).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from planner.codec import ReassignEntry, decode_reassignment, encode_reassignment
-from planner.errors import BadInput, CodecError
+from planner.codec import ReassignEntry, encode_reassignment
 from planner.optimizer.batches import changed_sets
 from planner.optimizer.planning import PlanResult, broker_figures, move_figures, topic_leader_max
-
-FORMAT = "kplan-plan/1"
-FILES = ("plan.json", "reassignment.json", "rollback.json")
+from planner.plan_model import FORMAT, plan_id
 
 
 def _ids(pb, row: np.ndarray) -> list[int]:
@@ -124,13 +120,6 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
     return doc
 
 
-def plan_id(doc: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON (sorted keys, no spaces) of the document without its id."""
-    body = {k: v for k, v in doc.items() if k != "id"}
-    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(canon.encode("utf-8")).hexdigest()
-
-
 def reassignment_entries(res: PlanResult, original: bool = False) -> list[ReassignEntry]:
     pb = res.problem
     m = pb.replicas if original else res.final
@@ -169,61 +158,3 @@ def write_plan(out: Path | str, res: PlanResult, snapshot: dict[str, Any], param
     info = solve() if callable(solve) else solve
     (out / "solve.json").write_text(json.dumps({"plan_id": doc["id"], **info}, indent=2) + "\n")
     return doc
-
-
-@dataclass
-class LoadedPlan:
-    plan: dict[str, Any]
-    reassignment: list[ReassignEntry]
-    rollback: list[ReassignEntry]
-
-    @property
-    def id(self) -> str:
-        return self.plan["id"]
-
-
-def read_plan(path: Path | str) -> LoadedPlan:
-    """Read a plan folder and check that its three files agree with each other and with the plan's id."""
-    path = Path(path)
-    if not path.is_dir():
-        raise BadInput(f"plan folder {path} does not exist")
-    for name in FILES:
-        if not (path / name).is_file():
-            raise BadInput(f"{path} lacks {name}")
-    try:
-        doc = json.loads((path / "plan.json").read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BadInput(f"{path / 'plan.json'} is not valid JSON: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise BadInput(f"{path / 'plan.json'} is not a {FORMAT} plan")
-    for key in ("id", "kind", "snapshot", "parameters", "moves", "batches"):
-        if key not in doc:
-            raise BadInput(f"{path / 'plan.json'} lacks {key!r}")
-    if plan_id(doc) != doc["id"]:
-        raise BadInput(f"{path / 'plan.json'}: content does not match its id {doc['id']} (edited after planning?)")
-    try:
-        reassign = decode_reassignment((path / "reassignment.json").read_bytes(), str(path / "reassignment.json"))
-        rollback = decode_reassignment((path / "rollback.json").read_bytes(), str(path / "rollback.json"))
-    except CodecError as e:
-        raise BadInput(str(e)) from None
-    want_to = [(m["topic"], m["partition"], tuple(m["to"])) for m in doc["moves"]]
-    want_from = [(m["topic"], m["partition"], tuple(m["from"])) for m in doc["moves"]]
-    if [(e.topic, e.partition, e.replicas) for e in reassign] != want_to:
-        raise BadInput(f"{path / 'reassignment.json'} does not match the moves of plan {doc['id']}")
-    if [(e.topic, e.partition, e.replicas) for e in rollback] != want_from:
-        raise BadInput(f"{path / 'rollback.json'} does not match the moves of plan {doc['id']}")
-    moved = {(m["topic"], m["partition"]) for m in doc["moves"] if m["kind"] == "data"}
-    in_data = [tuple(p) for b in doc["batches"] if b["kind"] == "data" for p in b["partitions"]]
-    if len(in_data) != len(set(in_data)) or set(in_data) != moved:
-        raise BadInput(f"{path / 'plan.json'}: data batches do not cover each data move exactly once")
-    final = {(m["topic"], m["partition"]): m["to"] for m in doc["moves"]}
-    for b in doc["batches"]:
-        if len(b["partitions"]) != len(b.get("replicas", [])):
-            raise BadInput(f"{path / 'plan.json'}: batch {b['index']} lists {len(b['partitions'])} partitions "
-                           f"but {len(b.get('replicas', []))} replica lists")
-        if b["kind"] == "data":
-            for (t, p), reps in zip(b["partitions"], b["replicas"], strict=True):
-                if final.get((t, p)) != reps:
-                    raise BadInput(f"{path / 'plan.json'}: batch {b['index']} writes {t}-{p} as {reps}, "
-                                   f"not the plan's target {final.get((t, p))}")
-    return LoadedPlan(doc, reassign, rollback)

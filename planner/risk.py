@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -36,8 +36,10 @@ import pyarrow.parquet as pq
 from planner import codec
 from planner import risk_model as rm
 from planner import snapshot_io as sio
+from planner.api import RiskRequest
 from planner.cluster import Cluster
 from planner.errors import BadInput
+from planner.plan_model import read_plan
 
 REPO = Path(__file__).resolve().parent.parent
 JOB = REPO / "spark" / "drain_risk.py"
@@ -122,15 +124,6 @@ def open_snapshot(source: Path | str | sio.Snapshot) -> SnapshotInfo:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
                 raise BadInput(f"{name}.parquet does not match the {sio.FORMAT} schema: {e}") from None
     return SnapshotInfo(path, manifest, tables["brokers"], tables["topics"])
-
-
-def read_plan(plan: Path | str) -> list[codec.ReassignEntry]:
-    """The plan's target assignment: `<plan>/reassignment.json` (or a reassignment file given directly)."""
-    p = Path(plan)
-    f = p / "reassignment.json" if p.is_dir() else p
-    if not f.exists():
-        raise BadInput(f"plan {plan}: {f} does not exist (expected a plan folder with reassignment.json)")
-    return codec.decode_reassignment_file(f.read_bytes(), str(f))
 
 
 def check_plan(info: SnapshotInfo, entries: Sequence[codec.ReassignEntry]) -> None:
@@ -224,47 +217,35 @@ def _ranges(ids: list[int]) -> str:
     return f"{ids[0]}..{ids[-1]} ({len(ids)} brokers)"
 
 
-@dataclass
-class RiskRequest:
-    snapshot: Path | str | sio.Snapshot
-    out: Path | str
-    drains: list[tuple[int, ...]] = field(default_factory=list)
-    drain_racks: list[str] = field(default_factory=list)
-    all_brokers: bool = False
-    all_racks: bool = False
-    modes: tuple[str, ...] = rm.MODES
-    plan: Path | str | None = None
-    kafka_version: str = rm.DEFAULT_KAFKA_VERSION
-    master: str | None = None
-    driver_memory: str | None = None
-
-    def to_args(self) -> list[str]:
-        """The same request as command-line arguments of spark/drain_risk.py."""
-        if isinstance(self.snapshot, sio.Snapshot):
-            raise ValueError("spark-submit needs a snapshot folder, not an in-memory snapshot")
-        args = ["--snapshot", str(self.snapshot), "--out", str(self.out), "--kafka-version", self.kafka_version,
-                "--mode", "both" if set(self.modes) == set(rm.MODES) else self.modes[0]]
-        for d in self.drains:
-            args += ["--drain", ",".join(map(str, d))]
-        for r in self.drain_racks:
-            args += ["--drain-rack", r]
-        if self.all_brokers:
-            args.append("--all-brokers")
-        if self.all_racks:
-            args.append("--all-racks")
-        if self.plan is not None:
-            args += ["--plan", str(self.plan)]
-        return args
+def submit_args(req: RiskRequest) -> list[str]:
+    """The request as command-line arguments of the Spark job's spark-submit entry."""
+    if not isinstance(req.snapshot, str | Path):
+        raise ValueError("spark-submit needs a snapshot folder, not an in-memory snapshot")
+    args = ["--snapshot", str(req.snapshot), "--out", str(req.out), "--kafka-version", req.kafka_version,
+            "--mode", "both" if set(req.modes) == set(rm.MODES) else req.modes[0]]
+    for d in req.drains:
+        args += ["--drain", ",".join(map(str, d))]
+    for r in req.drain_racks:
+        args += ["--drain-rack", r]
+    if req.all_brokers:
+        args.append("--all-brokers")
+    if req.all_racks:
+        args.append("--all-racks")
+    if req.plan is not None:
+        args += ["--plan", str(req.plan)]
+    return args
 
 
 def request_from_args(args: argparse.Namespace) -> RiskRequest:
     modes = rm.MODES if args.mode == "both" else (args.mode,)
     return RiskRequest(
-        snapshot=args.snapshot, out=args.out,
-        drains=[parse_brokers(d) for d in args.drain],
-        drain_racks=[r for text in args.drain_rack for r in parse_racks(text)],
-        all_brokers=args.all_brokers, all_racks=args.all_racks, modes=modes, plan=args.plan,
-        kafka_version=args.kafka_version, master=args.master, driver_memory=args.driver_memory)
+        snapshot=Path(args.snapshot), out=Path(args.out),
+        drains=tuple(parse_brokers(d) for d in args.drain),
+        drain_racks=tuple(r for text in args.drain_rack for r in parse_racks(text)),
+        all_brokers=args.all_brokers, all_racks=args.all_racks, modes=modes,
+        plan=Path(args.plan) if args.plan else None, kafka_version=args.kafka_version, master=args.master,
+        driver_memory=args.driver_memory, spark_submit=bool(getattr(args, "spark_submit", False)),
+        force=bool(getattr(args, "force", False)))
 
 
 @dataclass
@@ -275,14 +256,16 @@ class Prepared:
     kafka_version: str
 
 
-def prepare(req: RiskRequest) -> Prepared:
-    """Every check that can fail on the user's input, before any Spark work."""
+def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None = None) -> Prepared:
+    """Every check that can fail on the user's input, before any Spark work. `plan_entries`: a target
+    assignment given directly instead of `req.plan` (tests; callers that hold a Plan already)."""
     rm.parse_kafka_version(req.kafka_version)
     info = open_snapshot(req.snapshot)
-    entries = None
+    entries = list(plan_entries) if plan_entries is not None else None
     drains = list(req.drains)
     if req.plan is not None:
-        entries = read_plan(req.plan)
+        entries = list(read_plan(req.plan).reassignment)
+    if entries is not None:
         check_plan(info, entries)
         if not drains and not req.drain_racks:
             emptied = plan_emptied_brokers(info, entries)
@@ -310,15 +293,15 @@ def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_risk(req: RiskRequest, spark: Any = None, submit: bool = False,
+def run_risk(req: RiskRequest, prepared: Prepared | None = None, spark: Any = None,
              progress: Callable[[str], None] = _stderr) -> dict[str, Any]:
-    """Validate, run the job (in-process with `spark` or a new local session; or spark-submit), return the
-    summary (also written to <out>/summary.json)."""
-    prepared = prepare(req)
+    """Validate (unless `prepared` is given), run the job (in-process with `spark` or a new local session;
+    or spark-submit when the request says so), return the summary (also written to <out>/summary.json)."""
+    prepared = prepared or prepare(req)
     out = Path(req.out)
     n = len(prepared.scenarios)
     progress(f"kplan risk: {n} scenarios ({', '.join(req.modes)}) on {prepared.info.path or 'in-memory snapshot'}")
-    if submit:
+    if req.spark_submit:
         return _submit(req, progress)
     job = load_job()
     own = spark is None
@@ -347,7 +330,7 @@ def spark_submit_command(req: RiskRequest) -> list[str]:
             cmd += ["--conf", f"{k}={v}"]
     cmd += ["--conf", f"spark.driver.extraJavaOptions=-Dlog4j.configurationFile=file:{job.log4j_file()} "
             f"{job.JAVA_OPTIONS}"]
-    return cmd + [str(JOB), *req.to_args()]
+    return cmd + [str(JOB), *submit_args(req)]
 
 
 def _submit(req: RiskRequest, progress: Callable[[str], None]) -> dict[str, Any]:

@@ -102,12 +102,12 @@ def connect(zk: str | ZkTarget, auth: tuple[str, str] | None = None, timeout: fl
         ) from None
     except AuthFailedError:
         _close(client)
-        raise ZkUnavailable(f"ZooKeeper at {target.hosts} rejected the digest credentials") from None
+        raise BadInput(f"ZooKeeper at {target.hosts} rejected the digest credentials") from None
     except NoAuthError:
         # kazoo checks that the chroot exists; an ACL-protected chroot answers NOAUTH to that.
         _close(client)
         who = "the digest credentials given" if auth else "a session without credentials"
-        raise ZkUnavailable(
+        raise BadInput(
             f"ZooKeeper at {target.hosts} denied {who} access to {target.chroot} (NOAUTH): the znodes are "
             f"ACL-protected; give user:password in the environment variable named by --zk-auth-env "
             f"(default {DEFAULT_AUTH_ENV})"

@@ -16,12 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plan_support import write_plan_folder
 
-from planner import cli, replay, risk
+from planner import api, cli, replay, risk
 from planner import risk_model as rm
 from planner import snapshot_io as sio
 from planner.cluster import parse_cluster
-from planner.codec import ReassignEntry, encode_reassignment
+from planner.codec import ReassignEntry
 
 pytestmark = pytest.mark.spark
 REPO = Path(__file__).resolve().parent.parent
@@ -107,14 +108,9 @@ def test_spark_job_agrees_with_reference_on_every_partition_of_every_scenario(sp
     desc, drain, moves, version = case
     snap = risk.snapshot_from_cluster(parse_cluster(desc))
     with tempfile.TemporaryDirectory() as tmp:
-        plan_dir = None
-        if moves:
-            plan_dir = Path(tmp) / "plan"
-            plan_dir.mkdir()
-            (plan_dir / "reassignment.json").write_bytes(encode_reassignment(moves))
-        req = risk.RiskRequest(snapshot=snap, out=Path(tmp) / "risk", drains=[drain], all_brokers=True,
-                               all_racks=True, plan=plan_dir, kafka_version=version)
-        prepared = risk.prepare(req)
+        req = api.RiskRequest(snapshot=snap, out=Path(tmp) / "risk", drains=(drain,), all_brokers=True,
+                              all_racks=True, kafka_version=version)
+        prepared = risk.prepare(req, plan_entries=moves or None)
         risk.load_job().run(spark, prepared, req.out)
         state = replay.ClusterState.from_snapshot(snap)
         ref = replay.replay(state, prepared.scenarios, version, state.with_plan(moves) if moves else None)
@@ -168,12 +164,17 @@ def test_missing_or_incompatible_snapshot_exits_2(tmp_path, capsys):
     assert rc == 2 and "lacks columns ['isr']" in capsys.readouterr().err
 
 
+def seed_plan(seed: Path, plan: Path, entries: list[ReassignEntry]) -> Path:
+    s = sio.read_snapshot(seed)
+    p = s.partitions.to_pydict()
+    current = {(t, n): r for t, n, r in zip(p["topic"], p["partition"], p["replicas"], strict=True)}
+    return write_plan_folder(plan, s.fingerprint, current, entries)
+
+
 def test_plan_naming_unknown_partitions_or_brokers_exits_2(seed, tmp_path, capsys):
-    plan = tmp_path / "plan"
-    plan.mkdir()
-    for entry, message in [(ReassignEntry("payments", 3, (2,)), "payments-3"),
-                           (ReassignEntry("payments", 0, (7,)), "[7]")]:
-        (plan / "reassignment.json").write_bytes(encode_reassignment([entry]))
+    for i, (entry, message) in enumerate([(ReassignEntry("payments", 3, (2,)), "payments-3"),
+                                          (ReassignEntry("payments", 0, (7,)), "[7]")]):
+        plan = seed_plan(seed, tmp_path / f"plan{i}", [entry])
         rc = cli.main(["risk", "--snapshot", str(seed), "--out", str(tmp_path / "out"), "--plan", str(plan)])
         assert rc == 2 and message in capsys.readouterr().err
 
@@ -190,9 +191,8 @@ def test_cli_names_the_seed_incident_and_scores_the_plan(spark, seed, tmp_path, 
         assert (out / f).is_file()
     assert pq.read_table(out / "partitions.parquet").num_rows == 2 * 4  # 4 partitions on broker 1, 2 modes
     # a plan that moves payments-0 to broker 2 leaves draining broker 1 at "medium" (orders at min ISR)
-    plan = tmp_path / "plan"
-    plan.mkdir()
-    (plan / "reassignment.json").write_bytes(encode_reassignment([ReassignEntry("payments", 0, (2,))]))
+    plan = seed_plan(seed, tmp_path / "plan", [ReassignEntry("payments", 0, (2,))])
+    out = tmp_path / "risk-after"
     assert cli.main(["risk", "--snapshot", str(seed), "--out", str(out), "--drain", "1", "--plan", str(plan),
                      "--json", "--fail-on", "critical"]) == 1
     summary = json.loads(capsys.readouterr().out)

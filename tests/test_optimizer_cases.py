@@ -16,7 +16,8 @@ from planner.errors import BadInput
 from planner.optimizer import Infeasible, Params, from_snapshot, make_plan
 from planner.optimizer.leaders import choose_leaders
 from planner.optimizer.sizes import parse_sizes
-from planner.plan_format import plan_document, read_plan
+from planner.plan_format import plan_document
+from planner.plan_model import read_plan
 from planner.snapshot_io import read_snapshot
 from planner.snapshot_io import write_snapshot as write_snapshot_folder
 from planner.synth import synth_cluster, to_snapshot
@@ -249,7 +250,8 @@ def test_cli_drain_end_to_end_is_deterministic_and_reads_back(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "replica moves" in printed and "lower bound" in printed and "times" in printed
     plan = read_plan(tmp_path / "a")
-    doc = plan.plan
+    doc = json.loads((tmp_path / "a" / "plan.json").read_text())
+    assert plan.id == doc["id"]
     assert doc["kind"] == "drain" and doc["parameters"]["brokers"] == [2, 5]
     assert doc["snapshot"]["fingerprint"] == json.loads((tmp_path / "snap" / "manifest.json").read_text())[
         "fingerprint"]
@@ -280,7 +282,7 @@ def test_cli_rebalance_end_to_end(tmp_path, capsys):
     rc = cli.main(["plan", "rebalance", "--snapshot", str(tmp_path / "snap"), "--out", str(tmp_path / "p"),
                    "--exclude-topics", "topic-00003", "--max-concurrent-per-broker", "3"])
     assert rc == 0
-    doc = read_plan(tmp_path / "p").plan
+    doc = read_plan(tmp_path / "p").doc
     assert doc["parameters"]["balance"] == "bytes" and doc["parameters"]["exclude_topics"] == "topic-00003"
     assert not [m for m in doc["moves"] if m["topic"] == "topic-00003"]
     assert doc["summary"]["bytes_max_deviation_pct_after"] <= 5.0

@@ -1,5 +1,6 @@
 """`kplan plan drain|rebalance`: compute a reassignment plan from a snapshot (docs/PLAN.md).
 
+Argument parsing and the printed summary only; the step is planner.api.plan_drain / plan_rebalance.
 Nothing is written unless the whole plan succeeded: bad input and infeasible requests exit 2 with a message
 that names the constraint and the partitions.
 """
@@ -7,11 +8,10 @@ that names the constraint and the partitions.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import re
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         q.add_argument("--order", choices=["smallest-first", "largest-first"], default="smallest-first",
                        help="data batches order by partition size")
         q.add_argument("--quiet", action="store_true", help="no progress on stderr")
+        q.add_argument("--force", action="store_true", help="replace --out if it is not empty")
         q.set_defaults(func=_run)
 
 
@@ -79,70 +80,28 @@ def _human(n: int | None) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from planner.optimizer import Params, from_snapshot, make_plan
-    from planner.optimizer.sizes import parse_sizes
-    from planner.plan_format import write_plan
-    from planner.snapshot_io import read_snapshot
+    from planner import api
 
     started = time.perf_counter()
-    t0 = started
 
-    def progress(msg: str) -> None:
+    def progress(p: api.Progress) -> None:
         if not args.quiet:
-            print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+            print(f"[{time.perf_counter() - started:6.1f}s] {p.message}", file=sys.stderr, flush=True)
 
-    brokers = _broker_list(args.brokers) if args.kind == "drain" else []
-    params = Params(kind=args.kind, brokers=brokers, max_moves=getattr(args, "max_moves", None),
-                    max_bytes=getattr(args, "max_bytes", None),
-                    max_concurrent_per_broker=args.max_concurrent_per_broker, order=args.order,
-                    balance=getattr(args, "balance", "auto"))
-    params.validate()
-    progress(f"reading snapshot {args.snapshot}")
-    snap = read_snapshot(args.snapshot)
-    sizes = None
-    sizes_param: dict[str, Any] = {"source": "snapshot"}
-    if args.sizes is not None:
-        if not args.sizes.is_file():
-            raise BadInput(f"--sizes {args.sizes}: no such file")
-        raw = args.sizes.read_bytes()
-        sizes = parse_sizes(raw.decode("utf-8", errors="replace"), str(args.sizes))
-        sizes_param = {"source": "file", "file": str(args.sizes), "sha256": hashlib.sha256(raw).hexdigest()}
-    pb = from_snapshot(snap, sizes=sizes, exclude_topics=args.exclude_topics, rack_aware=args.rack_aware)
-    load_s = time.perf_counter() - t0
-    progress(f"{pb.num_partitions} partitions, {pb.num_brokers} brokers, "
-             f"{'rack-aware' if pb.rack_aware else 'not rack-aware'}, "
-             f"{'sizes known' if pb.sizes_known else 'counting replicas (sizes unknown)'}")
-    res = make_plan(pb, params, progress)
-    t1 = time.perf_counter()
-    snapshot = {"fingerprint": snap.fingerprint, "path": str(args.snapshot),
-                "taken_at": snap.manifest.get("taken_at")}
-    parameters = {
-        "brokers": brokers,
-        "exclude_topics": args.exclude_topics,
-        "rack_aware": pb.rack_aware,
-        "sizes": sizes_param,
-        "max_moves": params.max_moves,
-        "max_bytes": params.max_bytes,
-        "max_concurrent_per_broker": params.max_concurrent_per_broker,
-        "order": params.order,
-        "balance": res.rebalance.mode if res.rebalance else None,
-    }
-    timings = {"load": round(load_s, 3), **{k.removesuffix("_s"): round(v, 3) for k, v in res.timings.items()}}
-    progress(f"writing {args.out}")
-
-    def solve_info() -> dict[str, Any]:
-        timings["write"] = round(time.perf_counter() - t1, 3)
-        timings["total"] = round(time.perf_counter() - started, 3)
-        return {"timings_s": timings, "leader_method": res.leader_method,
-                "rebalance_rounds": res.rebalance.rounds if res.rebalance else None}
-
-    doc = write_plan(args.out, res, snapshot, parameters, solve_info)
-    solve = json.loads((args.out / "solve.json").read_text())
-    _print_summary(doc, solve)
+    common = dict(snapshot=args.snapshot, out=args.out, exclude_topics=args.exclude_topics,
+                  rack_aware=args.rack_aware, sizes=args.sizes,
+                  max_concurrent_per_broker=args.max_concurrent_per_broker, order=args.order, force=args.force)
+    if args.kind == "drain":
+        outcome = api.plan_drain(api.DrainRequest(brokers=tuple(_broker_list(args.brokers)), **common),
+                                 progress=progress)
+    else:
+        outcome = api.plan_rebalance(api.RebalanceRequest(max_moves=args.max_moves, max_bytes=args.max_bytes,
+                                                          balance=args.balance, **common), progress=progress)
+    _print_summary(outcome.plan.doc, outcome.solve)
     return 0
 
 
-def _print_summary(doc: dict[str, Any], solve: dict[str, Any]) -> None:
+def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any]) -> None:
     s = doc["summary"]
     b, a = doc["before"], doc["after"]
     p = doc["parameters"]

@@ -47,15 +47,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print summary.json instead of the table")
     p.add_argument("--spark-submit", action="store_true", help="run the job with spark-submit instead of in-process")
     p.add_argument("--fail-on", choices=LEVELS[1:], help="exit 1 when any scenario reaches this level")
+    p.add_argument("--force", action="store_true", help="replace --out if it is not empty")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from planner import risk
+    from planner import api, risk
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    req = risk.request_from_args(args)
-    summary = risk.run_risk(req, submit=args.spark_submit)
+    outcome = api.risk(risk.request_from_args(args),
+                       progress=lambda p: print(p.message, file=sys.stderr, flush=True))
+    summary = outcome.summary
     if args.json:
         json.dump(summary, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-
-from planner.errors import BadInput
+from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -33,34 +31,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, metavar="N",
                    help="worker processes (each with its own ZooKeeper session) reading partition states; "
                    "default 1, the fastest measured on 2 cores next to a local ZooKeeper")
+    p.add_argument("--force", action="store_true", help="replace --out if it is not empty")
     p.add_argument("--read-mode", choices=["auto", "multiread", "plain"], default="auto", help=argparse.SUPPRESS)
     p.set_defaults(func=_run)
 
 
-def _progress(msg: str) -> None:
-    print(f"kplan snapshot: {msg}", file=sys.stderr, flush=True)
+def _progress(p) -> None:
+    print(f"kplan snapshot: {p.message}", file=sys.stderr, flush=True)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from planner import api
     from planner import zk as zkmod
-    from planner.snapshot import take_snapshot
 
-    if args.timeout <= 0:
-        raise BadInput("--timeout must be positive")
     auth = zkmod.auth_from_env(args.zk_auth_env)
-    started = time.monotonic()
-    result = take_snapshot(args.zk, args.out, sizes=args.sizes, lenient=args.lenient, timeout=args.timeout,
-                           auth=auth, workers=args.workers, read_mode=args.read_mode, progress=_progress)
-    print(summary(result, time.monotonic() - started))
+    req = api.SnapshotRequest(zk=args.zk, out=Path(args.out), sizes=Path(args.sizes) if args.sizes else None,
+                              lenient=args.lenient, timeout=args.timeout, auth=auth, workers=args.workers,
+                              read_mode=args.read_mode, force=args.force)
+    outcome = api.snapshot(req, progress=_progress)
+    print(summary(outcome, api.read_snapshot(outcome.path).brokers))
     return 0
 
 
-def summary(result, seconds: float) -> str:
+def summary(outcome, brokers) -> str:
     """A readable summary of a snapshot (what an operator checks before planning anything)."""
-    m = result.manifest
+    m = outcome.manifest
     c = m["counts"]
-    b = result.brokers.to_pydict()
-    lines = [f"snapshot of {m['source']['zk']}{m['source']['chroot'] or ''} -> {result.path}"]
+    b = brokers.to_pydict()
+    lines = [f"snapshot of {m['source']['zk']}{m['source']['chroot'] or ''} -> {outcome.path}"]
 
     def by_rack(alive: bool) -> str:
         racks: dict[str, list[int]] = {}
@@ -85,7 +83,7 @@ def summary(result, seconds: float) -> str:
     lines.append(f"  leaderless-new  {c['leaderless_new']}")
     inflight = m["reassignment_in_flight"]
     if inflight:
-        shown = ", ".join(f"{e['topic']}-{e['partition']}->{e['replicas']}" for e in inflight[:5])
+        shown = ", ".join(f"{e['topic']}-{e['partition']}->{list(e['replicas'])}" for e in inflight[:5])
         more = f" and {len(inflight) - 5} more" if len(inflight) > 5 else ""
         lines.append(f"  reassigning     {len(inflight)}: {shown}{more}")
     else:
@@ -101,5 +99,5 @@ def summary(result, seconds: float) -> str:
     if len(m["warnings"]) > 10:
         lines.append(f"    ... {len(m['warnings']) - 10} more in manifest.json")
     lines.append(f"  fingerprint     {m['fingerprint']}")
-    lines.append(f"  time            {seconds:.2f} s")
+    lines.append(f"  time            {outcome.seconds:.2f} s")
     return "\n".join(lines)

@@ -1,0 +1,291 @@
+"""The library facade: one entry per step, each taking a request and returning an outcome (docs/LIBRARY.md).
+
+    snapshot(SnapshotRequest)      -> SnapshotOutcome    ZooKeeper -> snapshot folder
+    risk(RiskRequest)              -> RiskOutcome        snapshot (+ plan) -> risk folder (Spark)
+    plan_drain(DrainRequest)       -> PlanOutcome        snapshot -> plan folder (OR-Tools)
+    plan_rebalance(RebalanceRequest) -> PlanOutcome
+    apply / verify / cancel        (declared here; implemented by the apply issue)
+    read_snapshot(path), read_plan(path), RunFolder
+
+The `kplan` CLI, the Airflow tasks and the review UI all call these, so the same request gives the same
+result (and the same plan id) whoever asks. Requests and outcomes are frozen dataclasses with plain fields:
+an Airflow operator builds one from its parameters, the CLI from argparse.
+
+Importing this module is cheap: nothing heavier than the standard library and the plan model is loaded until
+a step runs (a test checks that ortools, pyspark, kazoo and airflow stay unloaded).
+
+Errors: every entry raises planner.errors types. `BadInput` (exit 2, not retryable: nothing was written),
+`ZkUnavailable` (retryable: ZooKeeper down or the session lost), `SafetyRefusal` / `KraftMigration` (exit 1),
+`NotConverged` (exit 1). Each step writes its folder completely or not at all (planner.runfolder).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from planner.errors import BadInput
+from planner.plan_model import Plan, read_plan
+from planner.runfolder import RunFolder, check_output, step_output
+
+if TYPE_CHECKING:
+    from planner.snapshot_io import Snapshot
+
+__all__ = [
+    "ApplyOutcome", "ApplyRequest", "CancelOutcome", "CancelRequest", "DrainRequest", "PlanOutcome", "Progress",
+    "RebalanceRequest", "RiskOutcome", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
+    "VerifyOutcome", "VerifyRequest", "apply", "cancel", "plan_drain", "plan_rebalance", "read_plan",
+    "read_snapshot", "risk", "snapshot", "verify",
+]
+
+log = logging.getLogger(__name__)
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _empty() -> Mapping[str, Any]:
+    return _EMPTY
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a step is doing now. `done`/`total` are set when the step knows how far it is."""
+
+    step: str
+    message: str
+    done: int | None = None
+    total: int | None = None
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+def _reporter(step: str, progress: ProgressFn | None) -> Callable[[str], None]:
+    """The library's progress callback: log the message (Airflow task logs see it) and pass it on."""
+    logger = logging.getLogger(f"planner.{step}")
+
+    def say(message: str, done: int | None = None, total: int | None = None) -> None:
+        logger.info("%s", message)
+        if progress is not None:
+            progress(Progress(step, message, done, total))
+
+    return say
+
+
+def read_snapshot(path: Path | str) -> Snapshot:
+    """A snapshot folder, checked (format, schemas); see planner.snapshot_io."""
+    from planner.snapshot_io import read_snapshot as _read
+
+    return _read(path)
+
+
+# ------------------------------------------------------------------------------------------ snapshot
+@dataclass(frozen=True)
+class SnapshotRequest:
+    zk: str                                   # HOST:PORT[,HOST:PORT...][/chroot]
+    out: Path
+    sizes: Path | None = None                 # kafka-log-dirs.sh --describe output
+    lenient: bool = False                     # malformed znodes become manifest warnings instead of errors
+    timeout: float = 10.0                     # seconds to wait for ZooKeeper to answer the connection
+    auth: tuple[str, str] | None = field(default=None, repr=False)   # digest user, password (never logged)
+    workers: int | None = None
+    read_mode: str = "auto"                   # auto | multiread | plain
+    force: bool = False                       # replace a non-empty `out`
+
+
+@dataclass(frozen=True)
+class SnapshotOutcome:
+    path: Path
+    fingerprint: str
+    counts: Mapping[str, int]
+    warnings: tuple[Mapping[str, str], ...]
+    manifest: Mapping[str, Any] = field(default_factory=_empty, repr=False)
+    seconds: float = 0.0
+
+
+def snapshot(req: SnapshotRequest, *, progress: ProgressFn | None = None) -> SnapshotOutcome:
+    """Read the cluster at `req.zk` into the folder `req.out` (never writes to ZooKeeper)."""
+    import time
+
+    from planner import zk as zkmod
+    from planner.plan_model import frozen
+    from planner.snapshot import take_snapshot
+
+    if not req.timeout > 0:
+        raise BadInput(f"timeout must be positive, got {req.timeout}")
+    if req.workers is not None and req.workers < 1:
+        raise BadInput(f"workers must be at least 1, got {req.workers}")
+    zkmod.parse_connect(req.zk)
+    check_output(Path(req.out), req.force)
+    say = _reporter("snapshot", progress)
+    started = time.monotonic()
+    with step_output(req.out, req.force) as tmp:
+        result = take_snapshot(req.zk, tmp, sizes=req.sizes, lenient=req.lenient, timeout=req.timeout,
+                               auth=req.auth, workers=req.workers, read_mode=req.read_mode, progress=say)
+    m = result.manifest
+    return SnapshotOutcome(Path(req.out), m["fingerprint"], frozen(m["counts"]), frozen(m["warnings"]),
+                           frozen(m), time.monotonic() - started)
+
+
+# ---------------------------------------------------------------------------------------------- risk
+@dataclass(frozen=True)
+class RiskRequest:
+    snapshot: Path                            # snapshot folder (tests may pass an in-memory Snapshot)
+    out: Path
+    drains: tuple[tuple[int, ...], ...] = ()  # each a drain set, brokers in rolling order
+    drain_racks: tuple[str, ...] = ()
+    all_brokers: bool = False                 # also every live broker alone (default when no drain given)
+    all_racks: bool = False                   # also every rack (default when no drain given)
+    modes: tuple[str, ...] = ("controlled", "failure")
+    plan: Path | None = None                  # also score the scenarios on this plan's target assignment
+    kafka_version: str = "3.7"                # whose min-ISR rule applies
+    master: str | None = None                 # Spark master (default $SPARK_MASTER or local[2])
+    driver_memory: str | None = None
+    spark_submit: bool = False                # run the job through spark-submit instead of in-process
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class RiskOutcome:
+    path: Path
+    level: str                                # low | medium | high | critical (worst scenario)
+    level_by_state: Mapping[str, str]         # "current" and, with a plan, "plan"
+    summary: dict[str, Any] = field(repr=False)   # summary.json as written
+
+
+def risk(req: RiskRequest, *, progress: ProgressFn | None = None, spark: Any = None) -> RiskOutcome:
+    """Score what the requested drains (or the sweep) would break; writes summary.json + Parquet to `req.out`.
+    `spark`: an existing SparkSession to run in (default: a new local one, or spark-submit)."""
+    from planner import risk as risk_lib
+    from planner.plan_model import frozen
+
+    inputs = tuple(Path(p) for p in (req.snapshot, req.plan) if isinstance(p, str | Path))
+    check_output(Path(req.out), req.force, inputs)
+    say = _reporter("risk", progress)
+    prepared = risk_lib.prepare(req)
+    with step_output(req.out, req.force, inputs) as tmp:
+        summary = risk_lib.run_risk(replace(req, out=tmp), prepared, spark=spark, progress=say)
+    return RiskOutcome(Path(req.out), summary["level"], frozen(summary["level_by_state"]), summary)
+
+
+# ---------------------------------------------------------------------------------------------- plan
+@dataclass(frozen=True)
+class DrainRequest:
+    snapshot: Path
+    out: Path
+    brokers: tuple[int, ...]                  # brokers to empty
+    exclude_topics: str | None = None         # full-match regex of topics the plan must not touch
+    rack_aware: bool | None = None            # None: on when brokers have racks
+    sizes: Path | None = None                 # {"topic-partition": bytes} or kafka-log-dirs.sh output
+    max_concurrent_per_broker: int = 5
+    order: str = "smallest-first"             # data batches: smallest-first | largest-first
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class RebalanceRequest:
+    snapshot: Path
+    out: Path
+    max_moves: int | None = None
+    max_bytes: int | None = None
+    balance: str = "auto"                     # auto | count | bytes
+    exclude_topics: str | None = None
+    rack_aware: bool | None = None
+    sizes: Path | None = None
+    max_concurrent_per_broker: int = 5
+    order: str = "smallest-first"
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    path: Path
+    plan_id: str
+    plan: Plan = field(repr=False)
+    solve: Mapping[str, Any] = field(default_factory=_empty, repr=False)   # solve.json: timings, methods
+
+
+def plan_drain(req: DrainRequest, *, progress: ProgressFn | None = None) -> PlanOutcome:
+    """Move every replica off `req.brokers` with the fewest moves, balanced; writes the plan folder."""
+    from planner.plan_step import run_plan
+
+    return run_plan("drain", req, _reporter("plan", progress))
+
+
+def plan_rebalance(req: RebalanceRequest, *, progress: ProgressFn | None = None) -> PlanOutcome:
+    """Level replicas (or bytes) and preferred leaders over the registered brokers; writes the plan folder."""
+    from planner.plan_step import run_plan
+
+    return run_plan("rebalance", req, _reporter("plan", progress))
+
+
+# ------------------------------------------------------------------------------- apply / verify / cancel
+# Declared so callers can be written against them; the apply issue implements the steps.
+@dataclass(frozen=True)
+class ApplyRequest:
+    zk: str
+    plan: Path                                # a plan folder (read_plan checks it)
+    out: Path | None = None                   # apply/ folder for progress and the report
+    auth: tuple[str, str] | None = field(default=None, repr=False)
+    timeout: float = 10.0                     # ZooKeeper connection timeout
+    throttle: int | None = None               # replication throttle, bytes/s (None: no throttle)
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class ApplyOutcome:
+    path: Path | None
+    plan_id: str
+    state: str                                # e.g. "done", "submitted", "refused"
+    batches_done: int = 0
+    batches_total: int = 0
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    zk: str
+    plan: Path
+    timeout: float = 600.0                    # seconds to wait for convergence
+    out: Path | None = None
+    auth: tuple[str, str] | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class VerifyOutcome:
+    path: Path | None
+    plan_id: str
+    converged: bool
+    pending: tuple[tuple[str, int], ...] = ()  # partitions not yet at their target
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    zk: str
+    plan: Path
+    auth: tuple[str, str] | None = field(default=None, repr=False)
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    plan_id: str
+    state: str
+    rolled_back: tuple[tuple[str, int], ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutcome:
+    raise NotImplementedError("apply is implemented by the apply issue (12)")
+
+
+def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyOutcome:
+    raise NotImplementedError("verify is implemented by the apply issue (12)")
+
+
+def cancel(req: CancelRequest, *, progress: ProgressFn | None = None) -> CancelOutcome:
+    raise NotImplementedError("cancel is implemented by the apply issue (12)")

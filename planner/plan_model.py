@@ -1,0 +1,314 @@
+"""The plan as apply, verify and the review UI see it: frozen dataclasses, one reader, the id function.
+
+Deliberately light: stdlib and planner.codec only (no numpy, OR-Tools or Spark), so a web page or an
+Airflow task can read a plan without loading a solver. The writer stays beside the optimizer
+(planner.plan_format); the format is docs/PLAN.md.
+
+`read_plan(path)` accepts a folder only when everything in it agrees: plan.json's content matches its id,
+reassignment.json / rollback.json hold exactly the moves' target / original lists, every data move is in
+exactly one data batch with its target list, each batch file (batch-NNN.json, when present) holds exactly
+its batch, and every file listed in plan.json's `files` section has the recorded sha256. Unknown keys and
+files are ignored, so newer writers can add figures without breaking older readers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from planner.codec import ReassignEntry, decode_reassignment
+from planner.errors import BadInput, CodecError
+
+FORMAT = "kplan-plan/1"
+FILES = ("plan.json", "reassignment.json", "rollback.json")
+BATCH_FILE_RE = re.compile(r"^batch-(\d+)\.json$")
+MOVE_KINDS = ("data", "leader")
+BATCH_KINDS = ("leadership", "data")
+
+
+def plan_id(doc: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON (sorted keys, no spaces) of the document without its id."""
+    body = {k: v for k, v in doc.items() if k != "id"}
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+
+def file_sha256(data: bytes) -> str:
+    """How plan.json and the snapshot manifest record a file's checksum."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def batch_file_name(index: int) -> str:
+    """The file a batch may be written to on its own (`batch-007.json` for index 7)."""
+    return f"batch-{index:03d}.json"
+
+
+def frozen(value: Any) -> Any:
+    """A read-only deep copy of JSON data: dicts become mappings that refuse writes, lists tuples."""
+    if isinstance(value, dict):
+        return MappingProxyType({k: frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(frozen(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True)
+class Move:
+    topic: str
+    partition: int
+    from_replicas: tuple[int, ...]
+    to_replicas: tuple[int, ...]
+    bytes: int | None              # size x replicas added; 0 for a leader-only move; None when size unknown
+    kind: str                      # "data" (the replica set changes) | "leader" (only the order does)
+
+
+@dataclass(frozen=True)
+class Batch:
+    index: int
+    kind: str                                      # "leadership" | "data"
+    partitions: tuple[tuple[str, int], ...]
+    replicas: tuple[tuple[int, ...], ...]          # replicas[i] is the list this batch writes for partitions[i]
+
+    def entries(self) -> tuple[ReassignEntry, ...]:
+        """The batch as reassignment entries (what is written to /admin/reassign_partitions)."""
+        return tuple(ReassignEntry(t, p, r) for (t, p), r in zip(self.partitions, self.replicas, strict=True))
+
+
+@dataclass(frozen=True)
+class Brokers:
+    """Parallel tuples over every broker of the snapshot, in id order."""
+
+    ids: tuple[int, ...]
+    racks: tuple[str | None, ...]
+    alive: tuple[bool, ...]
+    drained: tuple[bool, ...]
+    eligible: tuple[bool, ...]
+
+    @property
+    def drained_ids(self) -> tuple[int, ...]:
+        return tuple(b for b, d in zip(self.ids, self.drained, strict=True) if d)
+
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _empty() -> Mapping[str, Any]:
+    return _EMPTY
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    id: str
+    kind: str                                      # "drain" | "rebalance"
+    snapshot_fingerprint: str
+    parameters: Mapping[str, Any]
+    moves: tuple[Move, ...]
+    batches: tuple[Batch, ...]
+    brokers: Brokers
+    reassignment: tuple[ReassignEntry, ...]        # reassignment.json (target lists of every move)
+    rollback: tuple[ReassignEntry, ...]            # rollback.json (the lists the snapshot had)
+    snapshot: Mapping[str, Any] = field(default_factory=_empty)    # fingerprint, taken_at
+    summary: Mapping[str, Any] = field(default_factory=_empty)
+    before: Mapping[str, Any] = field(default_factory=_empty)
+    after: Mapping[str, Any] = field(default_factory=_empty)
+    topics: Mapping[str, Any] = field(default_factory=_empty)
+    solver: Mapping[str, Any] = field(default_factory=_empty)
+    warnings: tuple[str, ...] = ()
+    doc: Mapping[str, Any] = field(default_factory=_empty, repr=False)   # the whole plan.json, read-only
+    path: Path | None = None
+
+    @property
+    def drained_brokers(self) -> tuple[int, ...]:
+        return self.brokers.drained_ids
+
+    def section(self, name: str) -> Mapping[str, Any]:
+        """Any figure section of plan.json by name (new sections need no model change)."""
+        value = self.doc.get(name, _EMPTY)
+        return value if isinstance(value, Mapping) else _EMPTY
+
+
+# ------------------------------------------------------------------------------------------------ reader
+def _bad(where: Path, problem: str) -> BadInput:
+    return BadInput(f"{where}: {problem}")
+
+
+def _ints(value: Any, where: Path, what: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or any(type(x) is not int or x < 0 for x in value):
+        raise _bad(where, f"{what} must be a list of broker ids, got {json.dumps(value)}")
+    return tuple(value)
+
+
+def _load_json(f: Path) -> Any:
+    try:
+        return json.loads(f.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise _bad(f, f"not valid JSON ({e})") from None
+    except OSError as e:
+        raise _bad(f, f"cannot be read ({e.strerror or e})") from None
+
+
+def _moves(doc: dict[str, Any], where: Path) -> tuple[Move, ...]:
+    moves = doc["moves"]
+    if not isinstance(moves, list):
+        raise _bad(where, "'moves' must be a list")
+    out = []
+    for m in moves:
+        if not isinstance(m, dict) or not {"topic", "partition", "from", "to", "kind"} <= m.keys():
+            raise _bad(where, f"a move lacks topic, partition, from, to or kind: {json.dumps(m)[:200]}")
+        if not isinstance(m["topic"], str) or type(m["partition"]) is not int or m["kind"] not in MOVE_KINDS:
+            raise _bad(where, f"malformed move {json.dumps(m)[:200]}")
+        nbytes = m.get("bytes")
+        if nbytes is not None and (type(nbytes) is not int or nbytes < 0):
+            raise _bad(where, f"move {m['topic']}-{m['partition']}: bytes must be a non-negative integer or null")
+        out.append(Move(m["topic"], m["partition"], _ints(m["from"], where, "from"), _ints(m["to"], where, "to"),
+                        nbytes, m["kind"]))
+    return tuple(out)
+
+
+def _batches(doc: dict[str, Any], where: Path) -> tuple[Batch, ...]:
+    batches = doc["batches"]
+    if not isinstance(batches, list):
+        raise _bad(where, "'batches' must be a list")
+    out = []
+    for b in batches:
+        if not isinstance(b, dict) or type(b.get("index")) is not int or b.get("kind") not in BATCH_KINDS:
+            raise _bad(where, f"malformed batch {json.dumps(b)[:200]}")
+        parts, reps = b.get("partitions"), b.get("replicas")
+        if not isinstance(parts, list) or not isinstance(reps, list):
+            raise _bad(where, f"batch {b['index']} lacks its partitions or replica lists")
+        if len(parts) != len(reps):
+            raise _bad(where, f"batch {b['index']} lists {len(parts)} partitions but {len(reps)} replica lists")
+        keys = []
+        for p in parts:
+            if not (isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and type(p[1]) is int):
+                raise _bad(where, f"batch {b['index']}: {json.dumps(p)} is not [topic, partition]")
+            keys.append((p[0], p[1]))
+        out.append(Batch(b["index"], b["kind"], tuple(keys),
+                         tuple(_ints(r, where, f"batch {b['index']} replicas") for r in reps)))
+    if [b.index for b in out] != list(range(len(out))):
+        raise _bad(where, f"batch indexes must be 0..{len(out) - 1} in order, got {[b.index for b in out]}")
+    return tuple(out)
+
+
+def _brokers(doc: dict[str, Any], where: Path) -> Brokers:
+    b = doc.get("brokers") or {}
+    if not isinstance(b, dict):
+        raise _bad(where, "'brokers' must be an object")
+    ids = tuple(b.get("ids", ()))
+    n = len(ids)
+
+    def col(name: str, default: Any) -> tuple:
+        v = b.get(name)
+        if v is None:
+            return (default,) * n
+        if not isinstance(v, list) or len(v) != n:
+            raise _bad(where, f"brokers.{name} must be a list parallel to brokers.ids")
+        return tuple(v)
+
+    return Brokers(ids, col("racks", None), col("alive", True), col("drained", False), col("eligible", True))
+
+
+def _reassign_file(f: Path) -> tuple[ReassignEntry, ...]:
+    try:
+        return tuple(decode_reassignment(f.read_bytes(), str(f)))
+    except CodecError as e:
+        raise BadInput(str(e)) from None
+    except OSError as e:
+        raise _bad(f, f"cannot be read ({e.strerror or e})") from None
+
+
+def _check_checksums(path: Path, doc: dict[str, Any]) -> None:
+    """plan.json's `files` section: {name: "sha256:<hex>"} of the plan's other files."""
+    files = doc.get("files")
+    if files is None:
+        return
+    if not isinstance(files, dict):
+        raise _bad(path / "plan.json", "'files' must map file names to sha256 checksums")
+    for name, want in sorted(files.items()):
+        f = path / name
+        if "/" in name or name.startswith(".") or name == "plan.json":
+            raise _bad(path / "plan.json", f"'files' lists {name!r}, which is not a file of the plan folder")
+        if not f.is_file():
+            raise _bad(path, f"{name} is missing (plan.json records its checksum)")
+        if file_sha256(f.read_bytes()) != want:
+            raise _bad(f, "checksum does not match the one plan.json records (edited or corrupt; re-plan)")
+
+
+def read_plan(path: Path | str) -> Plan:
+    """Read a plan folder and check that its files agree with each other and with the plan's id."""
+    path = Path(path)
+    if not path.is_dir():
+        raise BadInput(f"plan folder {path} does not exist" if not path.exists() else
+                       f"{path} is not a plan folder (plan.json, reassignment.json, rollback.json)")
+    for name in FILES:
+        if not (path / name).is_file():
+            raise BadInput(f"{path} lacks {name}: not a plan folder (or an unfinished one)")
+    where = path / "plan.json"
+    doc = _load_json(where)
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise _bad(where, f"not a {FORMAT} plan")
+    for key in ("id", "kind", "snapshot", "parameters", "moves", "batches"):
+        if key not in doc:
+            raise _bad(where, f"lacks {key!r}")
+    if plan_id(doc) != doc["id"]:
+        raise _bad(where, f"content does not match its id {doc['id']} (edited after planning?)")
+    if doc["kind"] not in ("drain", "rebalance"):
+        raise _bad(where, f"unknown plan kind {doc['kind']!r}")
+    snap = doc["snapshot"]
+    if not isinstance(snap, dict) or not isinstance(snap.get("fingerprint"), str):
+        raise _bad(where, "'snapshot' must hold the fingerprint of the snapshot the plan was made from")
+    if not isinstance(doc["parameters"], dict):
+        raise _bad(where, "'parameters' must be an object")
+    _check_checksums(path, doc)
+    moves = _moves(doc, where)
+    batches = _batches(doc, where)
+    reassign = _reassign_file(path / "reassignment.json")
+    rollback = _reassign_file(path / "rollback.json")
+    if [(e.topic, e.partition, e.replicas) for e in reassign] != [(m.topic, m.partition, m.to_replicas)
+                                                                   for m in moves]:
+        raise _bad(path / "reassignment.json", f"does not match the moves of plan {doc['id']}")
+    if [(e.topic, e.partition, e.replicas) for e in rollback] != [(m.topic, m.partition, m.from_replicas)
+                                                                   for m in moves]:
+        raise _bad(path / "rollback.json", f"does not match the moves of plan {doc['id']}")
+    moved = {(m.topic, m.partition) for m in moves if m.kind == "data"}
+    in_data = [p for b in batches if b.kind == "data" for p in b.partitions]
+    if len(in_data) != len(set(in_data)) or set(in_data) != moved:
+        raise _bad(where, "data batches do not cover each data move exactly once")
+    final = {(m.topic, m.partition): m.to_replicas for m in moves}
+    for b in batches:
+        if b.kind == "data":
+            for key, reps in zip(b.partitions, b.replicas, strict=True):
+                if final.get(key) != reps:
+                    raise _bad(where, f"batch {b.index} writes {key[0]}-{key[1]} as {list(reps)}, not the plan's "
+                                      f"target {list(final.get(key) or ())}")
+    _check_batch_files(path, batches)
+    return Plan(
+        id=doc["id"], kind=doc["kind"], snapshot_fingerprint=snap["fingerprint"],
+        parameters=frozen(doc["parameters"]), moves=moves, batches=batches, brokers=_brokers(doc, where),
+        reassignment=reassign, rollback=rollback, snapshot=frozen(snap),
+        summary=frozen(doc.get("summary") or {}), before=frozen(doc.get("before") or {}),
+        after=frozen(doc.get("after") or {}), topics=frozen(doc.get("topics") or {}),
+        solver=frozen(doc.get("solver") or {}), warnings=tuple(str(w) for w in doc.get("warnings") or ()),
+        doc=frozen(doc), path=path)
+
+
+def _check_batch_files(path: Path, batches: tuple[Batch, ...]) -> None:
+    """batch-NNN.json files, when a writer adds them: each in reassignment format, holding exactly batch NNN."""
+    by_index = {b.index: b for b in batches}
+    for f in sorted(path.iterdir()):
+        m = BATCH_FILE_RE.match(f.name)
+        if not m:
+            continue
+        b = by_index.get(int(m.group(1)))
+        if b is None:
+            raise _bad(f, f"names batch {int(m.group(1))}, but the plan has batches 0..{len(batches) - 1}")
+        got = [(e.topic, e.partition, e.replicas) for e in _reassign_file(f)]
+        want = [(t, p, r) for (t, p), r in zip(b.partitions, b.replicas, strict=True)]
+        if sorted(got) != sorted(want):
+            raise _bad(f, f"does not hold exactly batch {b.index} of plan.json")

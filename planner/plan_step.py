@@ -1,0 +1,103 @@
+"""The plan step: a DrainRequest / RebalanceRequest in, a complete plan folder out (docs/PLAN.md).
+
+This is where a plan's inputs are fixed, so whoever asks (CLI, Airflow task, UI) gets the same plan id for
+the same inputs: the optimizer parameters, the snapshot section (fingerprint, taken_at) and the sizes source
+(with the file's sha256) go into plan.json and so into the id. Where the inputs were read from (folder and
+file paths) and how long the solver took are facts of this run, not of the plan: they go to solve.json.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from planner.errors import BadInput
+from planner.plan_model import read_plan
+from planner.runfolder import check_output, step_output
+
+if TYPE_CHECKING:
+    from planner.api import DrainRequest, PlanOutcome, RebalanceRequest
+
+
+def _params(kind: str, req: DrainRequest | RebalanceRequest):
+    from planner.optimizer import Params
+
+    brokers = [int(b) for b in req.brokers] if kind == "drain" else []
+    params = Params(kind=kind, brokers=brokers, max_moves=getattr(req, "max_moves", None),
+                    max_bytes=getattr(req, "max_bytes", None),
+                    max_concurrent_per_broker=req.max_concurrent_per_broker, order=req.order,
+                    balance=getattr(req, "balance", "auto"))
+    params.validate()
+    return params
+
+
+def _sizes(path: Path | None) -> tuple[dict[tuple[str, int], int] | None, dict[str, Any]]:
+    """(sizes, the plan's record of where sizes came from). The file is named by content, not by path."""
+    from planner.optimizer.sizes import parse_sizes
+
+    if path is None:
+        return None, {"source": "snapshot"}
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"sizes file {path}: no such file")
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise BadInput(f"sizes file {path}: {e.strerror or e}") from None
+    sizes = parse_sizes(raw.decode("utf-8", errors="replace"), str(path))
+    return sizes, {"source": "file", "sha256": hashlib.sha256(raw).hexdigest()}
+
+
+def run_plan(kind: str, req: DrainRequest | RebalanceRequest, say: Callable[[str], None]) -> PlanOutcome:
+    from planner.api import PlanOutcome
+    from planner.optimizer import from_snapshot, make_plan
+    from planner.plan_format import write_plan
+    from planner.snapshot_io import read_snapshot
+
+    started = time.perf_counter()
+    params = _params(kind, req)
+    snapshot_dir = Path(req.snapshot)
+    check_output(Path(req.out), req.force, (snapshot_dir,))
+    say(f"reading snapshot {snapshot_dir}")
+    snap = read_snapshot(snapshot_dir)
+    sizes, sizes_param = _sizes(req.sizes)
+    pb = from_snapshot(snap, sizes=sizes, exclude_topics=req.exclude_topics, rack_aware=req.rack_aware)
+    load_s = time.perf_counter() - started
+    say(f"{pb.num_partitions} partitions, {pb.num_brokers} brokers, "
+        f"{'rack-aware' if pb.rack_aware else 'not rack-aware'}, "
+        f"{'sizes known' if pb.sizes_known else 'counting replicas (sizes unknown)'}")
+    res = make_plan(pb, params, say)
+    t1 = time.perf_counter()
+    snapshot = {"fingerprint": snap.fingerprint, "taken_at": snap.manifest.get("taken_at")}
+    parameters = {
+        "brokers": params.brokers,
+        "exclude_topics": req.exclude_topics,
+        "rack_aware": pb.rack_aware,
+        "sizes": sizes_param,
+        "max_moves": params.max_moves,
+        "max_bytes": params.max_bytes,
+        "max_concurrent_per_broker": params.max_concurrent_per_broker,
+        "order": params.order,
+        "balance": res.rebalance.mode if res.rebalance else None,
+    }
+    timings = {"load": round(load_s, 3), **{k.removesuffix("_s"): round(v, 3) for k, v in res.timings.items()}}
+    say(f"writing {req.out}")
+
+    def solve_info() -> dict[str, Any]:
+        timings["write"] = round(time.perf_counter() - t1, 3)
+        timings["total"] = round(time.perf_counter() - started, 3)
+        return {"inputs": {"snapshot": str(snapshot_dir), "sizes": str(req.sizes) if req.sizes else None},
+                "timings_s": timings, "leader_method": res.leader_method,
+                "rebalance_rounds": res.rebalance.rounds if res.rebalance else None}
+
+    with step_output(req.out, req.force, (snapshot_dir,)) as tmp:
+        write_plan(tmp, res, snapshot, parameters, solve_info)
+        plan = read_plan(tmp)   # the one reader checks what was written, before it becomes the plan folder
+        solve = json.loads((tmp / "solve.json").read_text())
+    out = Path(req.out)
+    return PlanOutcome(out, plan.id, replace(plan, path=out), solve)

@@ -1,0 +1,161 @@
+"""The run folder: one path that holds a whole run, and the one way a step writes its output.
+
+    <run>/snapshot/    kplan snapshot        (manifest.json + Parquet)
+    <run>/risk/        kplan risk            (summary.json + Parquet)
+    <run>/plan/        kplan plan            (plan.json, reassignment.json, rollback.json, solve.json)
+    <run>/risk-after/  kplan risk --plan     (the plan's residual risk)
+    <run>/apply/       kplan apply           (progress of the apply)
+    <run>/verify/      kplan verify
+    <run>/report.json  what the run did
+
+An Airflow task is given the run folder and finds every input and output by name; a person runs the same
+steps by hand with `kplan ... --out <run>/<step>`.
+
+`step_output(path)` is how every step writes (the CLI's `--out` and the run folder alike): into a temporary
+sibling folder, renamed into place only when the step succeeded, so a step's folder is complete or absent,
+never half-written, never a mix of two runs. An existing non-empty folder is refused unless `force=True`
+(then it is replaced as a whole, at the end, only if the new output is complete).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from planner.errors import BadInput
+
+log = logging.getLogger(__name__)
+
+STEPS = {"snapshot": "snapshot", "risk": "risk", "plan": "plan", "risk_after": "risk-after", "apply": "apply",
+         "verify": "verify"}
+REPORT = "report.json"
+_TMP_MARK = ".kplan-tmp-"
+
+
+def _describe(e: OSError) -> str:
+    return e.strerror or str(e)
+
+
+def check_output(out: Path, force: bool = False, inputs: tuple[Path, ...] = (), what: str = "out") -> Path:
+    """Refuse an output folder the step must not write: a file, a non-empty folder (unless force), or a folder
+    that is, or contains, one of the step's inputs. Returns the absolute path."""
+    out = Path(out).absolute()
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"{what} {out} is a file, not a folder")
+    for i in inputs:
+        i = Path(i).absolute()
+        if out == i or out in i.parents:
+            raise BadInput(f"{what} {out} would replace the input {i}: write the output to its own folder")
+        if i in out.parents:
+            raise BadInput(f"{what} {out} is inside the input folder {i}: write the output to its own folder")
+    if out.is_dir() and not force:
+        try:
+            non_empty = any(out.iterdir())
+        except OSError as e:
+            raise BadInput(f"{what} {out} cannot be read: {_describe(e)}") from None
+        if non_empty:
+            raise BadInput(f"{what} {out} already exists and is not empty: choose a new folder, or force to "
+                           "replace it")
+    return out
+
+
+@contextmanager
+def step_output(out: Path | str, force: bool = False, inputs: tuple[Path, ...] = (),
+                what: str = "out") -> Iterator[Path]:
+    """Yield a temporary folder beside `out`; on success it becomes `out`, on any failure (Ctrl-C included)
+    it is removed and `out` is left as it was."""
+    final = check_output(Path(out), force, inputs, what)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.parent / f"{_TMP_MARK}{final.name}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+    except OSError as e:
+        raise BadInput(f"{what} {final}: cannot create a folder there ({_describe(e)})") from None
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        _replace(tmp, final, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _replace(tmp: Path, final: Path, force: bool) -> None:
+    if final.exists():
+        if not force and any(final.iterdir()):
+            # Someone wrote there while this step ran: keep theirs, drop ours.
+            raise BadInput(f"{final} was filled by someone else while this step ran; nothing replaced")
+        old = final.parent / f"{_TMP_MARK}{final.name}-old-{uuid.uuid4().hex[:8]}"
+        os.rename(final, old)
+        try:
+            os.rename(tmp, final)
+        except BaseException:
+            os.rename(old, final)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+        log.info("replaced %s", final)
+    else:
+        os.rename(tmp, final)
+
+
+class RunFolder:
+    """The layout of one run under `root` (module docstring)."""
+
+    def __init__(self, root: Path | str):
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.root)!r})"
+
+    def step(self, name: str) -> Path:
+        if name not in STEPS:
+            raise ValueError(f"unknown step {name!r}; steps are {', '.join(STEPS)}")
+        return self.root / STEPS[name]
+
+    @property
+    def snapshot(self) -> Path:
+        return self.step("snapshot")
+
+    @property
+    def risk(self) -> Path:
+        return self.step("risk")
+
+    @property
+    def plan(self) -> Path:
+        return self.step("plan")
+
+    @property
+    def risk_after(self) -> Path:
+        return self.step("risk_after")
+
+    @property
+    def apply(self) -> Path:
+        return self.step("apply")
+
+    @property
+    def verify(self) -> Path:
+        return self.step("verify")
+
+    @property
+    def report(self) -> Path:
+        return self.root / REPORT
+
+    def step_writer(self, name: str, force: bool = False, inputs: tuple[Path, ...] = ()):
+        """Context manager: a temporary folder that becomes the step's folder when the block succeeds."""
+        return step_output(self.step(name), force=force, inputs=inputs)
+
+    def write_report(self, data: bytes) -> Path:
+        """report.json, written through a temporary name (a reader sees the old or the new one, whole)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f"{_TMP_MARK}{REPORT}-{uuid.uuid4().hex[:8]}"
+        tmp.write_bytes(data)
+        os.replace(tmp, self.report)
+        return self.report

@@ -1,0 +1,174 @@
+"""The library facade (planner.api), the plan model, the run folder and the error attributes schedulers use."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import FrozenInstanceError
+from pathlib import Path
+
+import pytest
+
+from planner import api, cli
+from planner.errors import BadInput, PlannerError, ZkUnavailable
+from planner.plan_model import batch_file_name, read_plan
+from planner.runfolder import RunFolder, step_output
+from planner.synth import synth_cluster, to_snapshot
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def snap(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("api")
+    return to_snapshot(synth_cluster(brokers=6, partitions=120, rf=3, racks=3, seed=3), d / "snap")
+
+
+def test_errors_tell_transient_from_bad_input():
+    assert not issubclass(ZkUnavailable, BadInput)
+    assert ZkUnavailable("x").retryable and ZkUnavailable.exit_code == 2
+    assert not BadInput("x").retryable and BadInput.exit_code == 2
+    assert PlannerError.exit_code == 1
+
+
+def test_facade_and_plan_reader_load_no_solver_no_spark_no_airflow(snap, tmp_path):
+    out = api.plan_drain(api.DrainRequest(snapshot=snap, out=tmp_path / "plan", brokers=(2,))).path
+    code = (
+        "import sys; import planner.api as a\n"
+        "heavy = ('ortools', 'pyspark', 'airflow', 'kazoo')\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in heavy], 'import'\n"
+        f"p = a.read_plan({str(out)!r})\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'ortools', 'pyspark', 'airflow'})\n"
+        "print(p.id, p.kind, len(p.moves), loaded)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    pid, kind, n, loaded = done.stdout.split(" ", 3)
+    doc = json.loads((out / "plan.json").read_text())
+    assert (pid, kind, int(n), loaded.strip()) == (doc["id"], "drain", len(doc["moves"]), "[]")
+
+
+def test_same_inputs_same_plan_id_whoever_calls(snap, tmp_path, monkeypatch):
+    via_api = api.plan_drain(api.DrainRequest(snapshot=snap, out=tmp_path / "a", brokers=(1, 4)))
+    monkeypatch.chdir(snap.parent)   # the CLI is given a relative snapshot path: not part of the plan's id
+    assert cli.main(["plan", "drain", "--snapshot", snap.name, "--brokers", "1,4", "--out",
+                     str(tmp_path / "b"), "--quiet"]) == 0
+    assert read_plan(tmp_path / "b").id == via_api.plan_id == via_api.plan.id
+    assert (tmp_path / "a" / "plan.json").read_bytes() == (tmp_path / "b" / "plan.json").read_bytes()
+    solve = json.loads((tmp_path / "b" / "solve.json").read_text())
+    assert solve["inputs"]["snapshot"] == snap.name and solve["plan_id"] == via_api.plan_id
+
+
+def test_plan_model_is_frozen_and_typed(snap, tmp_path):
+    plan = api.plan_drain(api.DrainRequest(snapshot=snap, out=tmp_path / "p", brokers=(3,))).plan
+    doc = json.loads((tmp_path / "p" / "plan.json").read_text())
+    assert plan.drained_brokers == (3,) and plan.kind == "drain"
+    assert plan.snapshot_fingerprint == json.loads((snap / "manifest.json").read_text())["fingerprint"]
+    assert [(m.topic, m.partition, list(m.to_replicas)) for m in plan.moves] == \
+        [(m["topic"], m["partition"], m["to"]) for m in doc["moves"]]
+    assert all(3 not in e.replicas for e in plan.reassignment)
+    assert plan.summary["replica_moves"] == doc["summary"]["replica_moves"]
+    with pytest.raises(FrozenInstanceError):
+        plan.id = "x"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        plan.parameters["brokers"] = [1]  # type: ignore[index]
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    return dst
+
+
+def test_read_plan_checks_every_file_and_tolerates_additions(snap, tmp_path):
+    good = api.plan_drain(api.DrainRequest(snapshot=snap, out=tmp_path / "p", brokers=(2, 5))).path
+    doc = json.loads((good / "plan.json").read_text())
+    # additions a newer writer may make: an unknown figure, an unknown file, batch files that match
+    d = _copy(good, tmp_path / "extra")
+    (d / "notes.txt").write_text("hello")
+    for b in doc["batches"]:
+        entries = [{"topic": t, "partition": p, "replicas": r}
+                   for (t, p), r in zip(b["partitions"], b["replicas"], strict=True)]
+        (d / batch_file_name(b["index"])).write_text(json.dumps({"version": 1, "partitions": entries}))
+    assert read_plan(d).id == doc["id"]
+    # a batch file that differs from its batch, one for a batch that does not exist
+    last = doc["batches"][-1]
+    entries = [{"topic": t, "partition": p, "replicas": list(reversed(r))}
+               for (t, p), r in zip(last["partitions"], last["replicas"], strict=True)]
+    (d / batch_file_name(last["index"])).write_text(json.dumps({"version": 1, "partitions": entries}))
+    with pytest.raises(BadInput, match=f"does not hold exactly batch {last['index']}"):
+        read_plan(d)
+    (d / batch_file_name(last["index"])).unlink()
+    (d / batch_file_name(999)).write_text(json.dumps({"version": 1, "partitions": entries}))
+    with pytest.raises(BadInput, match="names batch 999"):
+        read_plan(d)
+    # reassignment.json edited: one target changed
+    d = _copy(good, tmp_path / "edited")
+    ra = json.loads((d / "reassignment.json").read_text())
+    ra["partitions"][0]["replicas"] = ra["partitions"][0]["replicas"][::-1]
+    (d / "reassignment.json").write_text(json.dumps(ra))
+    with pytest.raises(BadInput, match="reassignment.json: does not match the moves"):
+        read_plan(d)
+    d = _copy(good, tmp_path / "partial")
+    (d / "rollback.json").unlink()
+    with pytest.raises(BadInput, match="lacks rollback.json"):
+        read_plan(d)
+    with pytest.raises(BadInput, match="does not exist"):
+        read_plan(tmp_path / "nowhere")
+
+
+def test_step_output_is_complete_or_absent(tmp_path):
+    out = tmp_path / "step"
+    with pytest.raises(RuntimeError):
+        with step_output(out) as tmp:
+            (tmp / "half.json").write_text("{}")
+            raise RuntimeError("boom")
+    with pytest.raises(KeyboardInterrupt):
+        with step_output(out) as tmp:
+            (tmp / "half.json").write_text("{}")
+            raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []           # neither the step nor a temporary folder is left
+    with step_output(out) as tmp:
+        (tmp / "a.json").write_text("1")
+    assert (out / "a.json").read_text() == "1"
+    with pytest.raises(BadInput, match="not empty"):
+        with step_output(out) as tmp:
+            pass
+    with step_output(out, force=True) as tmp:
+        (tmp / "b.json").write_text("2")
+    assert sorted(p.name for p in out.iterdir()) == ["b.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step"]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(BadInput, match="is a file"):
+        with step_output(tmp_path / "file"):
+            pass
+    with pytest.raises(BadInput, match="would replace the input"):
+        with step_output(tmp_path, force=True, inputs=(out,)):
+            pass
+    with pytest.raises(BadInput, match="inside the input folder"):
+        with step_output(out / "sub", inputs=(out,)):
+            pass
+
+
+def test_run_folder_layout(tmp_path):
+    rf = RunFolder(tmp_path / "run")
+    assert (rf.snapshot, rf.risk, rf.plan, rf.risk_after, rf.apply, rf.verify, rf.report) == tuple(
+        tmp_path / "run" / n for n in ("snapshot", "risk", "plan", "risk-after", "apply", "verify", "report.json"))
+    with rf.step_writer("plan") as tmp:
+        (tmp / "plan.json").write_text("{}")
+    assert (rf.plan / "plan.json").is_file()
+    rf.write_report(b'{"ok": true}\n')
+    assert json.loads(rf.report.read_text()) == {"ok": True}
+
+
+def test_apply_verify_cancel_are_declared(tmp_path):
+    req = api.ApplyRequest(zk="127.0.0.1:2181", plan=tmp_path, auth=("u", "secret"))
+    assert "secret" not in repr(req)
+    for fn, r in ((api.apply, req), (api.verify, api.VerifyRequest(zk="h:1", plan=tmp_path)),
+                  (api.cancel, api.CancelRequest(zk="h:1", plan=tmp_path))):
+        with pytest.raises(NotImplementedError):
+            fn(r)
