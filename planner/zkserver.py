@@ -88,10 +88,11 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie still answers kill(0); treat it as gone.
+    # A zombie still answers kill(0); treat it as gone. But a JVM's main thread can exit first: the
+    # process then shows "Z" while its other threads still run (and still hold the port) until they end.
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
+        return state != "Z" or len(os.listdir(f"/proc/{pid}/task")) > 1
     except OSError:
         return False
 
