@@ -1,5 +1,5 @@
 # Two commands from a fresh clone: `make demo` (the main job on the embedded sandbox) and `make test`.
-# Both create .venv, install the pinned dependencies and Java 17 (apt) when `java` is missing.
+# Both create .venv, install the pinned dependencies, Java 17 and Maven (apt) when `java` / `mvn` are missing.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,6 +12,7 @@ setup: java $(STAMP)
 
 java:
 	@bash .ci/ensure-java
+	@bash .ci/ensure-maven
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)

@@ -50,3 +50,12 @@ def zk_client(zk_connect) -> Iterator:
     finally:
         client.stop()
         client.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_jars():
+    """Apache Kafka's jars (fetched once from Maven Central into the cache; offline afterwards). A failed
+    fetch fails the tests that need them, with Maven's own error: never a skip."""
+    from planner.kafka.jars import ensure_jars
+
+    return ensure_jars()

@@ -1,6 +1,8 @@
-"""`kplan sandbox`: a real ZooKeeper with an emulated ZooKeeper-mode Kafka cluster, to rehearse drains.
+"""`kplan sandbox`: a real ZooKeeper with a ZooKeeper-mode Kafka cluster, emulated (default) or real Apache Kafka
+broker JVMs (`--engine kafka`), to rehearse drains.
 
-    kplan sandbox up --dir D [--cluster FILE.json | --brokers N --racks R | --preset demo] [timing options]
+    kplan sandbox up --dir D [--engine emulated|kafka] [--cluster FILE.json | --brokers N --racks R | --preset demo]
+                     [timing options] [--kafka-version 3.9.2 --broker-heap-mb 256 --data-bytes N --data-scale X]
     kplan sandbox kill|stop|start --dir D BROKER...
     kplan sandbox status --dir D [--json]
     kplan sandbox wait --dir D [--timeout S]
@@ -49,6 +51,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--zk", help="use this ZooKeeper (HOST:PORT/chroot) instead of starting one")
     up.add_argument("--chroot", help="write the cluster under this chroot (e.g. /kafka)")
     up.add_argument("--timeout", type=float, default=600, help="seconds to wait for the cluster to settle")
+    up.add_argument("--engine", choices=["emulated", "kafka"], default="emulated",
+                    help="emulated brokers (default; fast, 100k+ partitions) or real Apache Kafka broker JVMs")
+    up.add_argument("--kafka-version", default=None, help="kafka engine: Apache Kafka version (default 3.9.2)")
+    up.add_argument("--broker-heap-mb", type=int, default=256, help="kafka engine: heap of each broker JVM (256)")
+    up.add_argument("--data-bytes", type=int, default=None,
+                    help="kafka engine: cap on the bytes produced into the partitions (default 64 MiB)")
+    up.add_argument("--data-scale", type=float, default=None,
+                    help="kafka engine: produce described sizes x this (instead of scaling under --data-bytes)")
     for flag, dest, typ, text in TIMING_OPTIONS:
         up.add_argument(flag, dest=dest, type=typ, help=text)
     up.add_argument("--no-auto-rebalance", dest="auto_rebalance", action="store_false", default=None,
@@ -108,14 +118,30 @@ def _up(args: argparse.Namespace) -> int:
         preset = args.preset
     if args.cluster is not None and args.brokers is not None:
         raise BadInput("give either --cluster or --brokers, not both")
+    kafka: dict[str, Any] = {}
+    if args.engine == "kafka":
+        from planner.kafka import DEFAULT_VERSION
+
+        kafka = dict(kafka_version=args.kafka_version or DEFAULT_VERSION, broker_heap_mb=args.broker_heap_mb,
+                     data_bytes=args.data_bytes, data_scale=args.data_scale)
+    elif args.kafka_version or args.data_bytes is not None or args.data_scale is not None:
+        raise BadInput("--kafka-version, --data-bytes and --data-scale need --engine kafka")
     sb = Sandbox.up(args.dir, cluster=args.cluster, brokers=args.brokers, racks=args.racks,
                     partitions=args.partitions, rf=args.rf, preset=preset, seed=args.seed, zk=args.zk,
-                    chroot=args.chroot, timeout=args.timeout, **timing)
+                    chroot=args.chroot, timeout=args.timeout, engine=args.engine, **kafka, **timing)
     st = sb.status(limit=0)
     ctrl = st.get("controller") or {}
-    print(f"sandbox up in {sb.dir}: ZooKeeper {sb.connect_string}, {len(st['brokers'])} brokers, "
+    what = f"Kafka {sb.kafka_version} broker JVMs" if sb.engine == "kafka" else "emulated brokers"
+    print(f"sandbox up in {sb.dir}: ZooKeeper {sb.connect_string}, {len(st['brokers'])} {what}, "
           f"controller {ctrl.get('broker')} (epoch {ctrl.get('epoch')}), {st.get('partitions')} partitions, "
           f"{st.get('offline_count')} offline, {st.get('under_replicated_count')} under-replicated")
+    if sb.engine == "kafka":
+        pids = sb.broker_pids
+        print(f"  bootstrap servers {sb.bootstrap_servers}; broker pids "
+              + ", ".join(f"{b}:{p}" for b, p in sorted(pids.items())))
+        up = sb.info["kafka"].get("up", {})
+        print(f"  up in {up.get('up_s')}s (brokers registered after {up.get('registered_s')}s); "
+              f"{up.get('bytes', 0)} bytes produced (scale {sb.info['kafka']['data']['scale']:.3g})")
     print(f"  {sb.dir / 'sandbox.json'} (connect string, pids), {sb.dir / 'logdirs.json'} (partition sizes)")
     return 0
 
@@ -125,6 +151,10 @@ def _down(args: argparse.Namespace) -> int:
 
     sb = Sandbox(args.dir)
     report = sb.down()
+    if sb.engine == "kafka":
+        print(f"sandbox in {sb.dir} is down (broker JVMs killed: {len(report.get('brokers_killed', []))}, "
+              f"ZooKeeper stopped: {report['zookeeper_stopped']})")
+        return 0
     print(f"sandbox in {sb.dir} is down (daemon stopped: {report['daemon_stopped']}, "
           f"ZooKeeper stopped: {report['zookeeper_stopped']})")
     return 0
@@ -143,7 +173,8 @@ def _broker_action(args: argparse.Namespace) -> int:
                 f"after {r.get('attempts')} attempts, still leading {', '.join(r.get('still_leading', [])) or '-'}"
             print(f"broker {b} stopped {how}")
     elif args.action_name == "kill":
-        print(f"killed brokers {', '.join(map(str, ids))}; the controller has reacted")
+        after = f" ({result['controller_reacted_s']}s after the kill)" if "controller_reacted_s" in result else ""
+        print(f"killed brokers {', '.join(map(str, ids))}; the controller has reacted{after}")
     else:
         print(f"started brokers {', '.join(map(str, ids))} (broker epochs {result.get('epochs')})")
     return 0
@@ -168,8 +199,9 @@ def _status(args: argparse.Namespace) -> int:
     print(f"controller: broker {ctrl['broker']} (epoch {ctrl['epoch']})" if ctrl else "controller: none")
     print("brokers:")
     for b in st["brokers"]:
-        state = "shutting down" if b["shutting_down"] else "running" if b["running"] else "down"
-        print(f"  {b['id']:>5}  rack {b['rack'] or '-':<8} {state}")
+        state = "shutting down" if b["shutting_down"] else "running" if b["running"] else b.get("state", "down")
+        pid = f"  pid {b['pid']} port {b['port']}" if b.get("pid") else ""
+        print(f"  {b['id']:>5}  rack {b['rack'] or '-':<8} {state}{pid}")
     if ctrl:
         print(f"partitions: {st['partitions']} in {st['topics']} topics")
         print(f"offline: {st['offline_count']}" + (f"  {_fmt_parts(st['offline'], 20)}" if st['offline_count'] else ""))

@@ -1,12 +1,19 @@
 """The sandbox's Python API, used by tests, benchmarks, the demo and `kplan sandbox`.
 
-    sb = Sandbox.up("run/sandbox", preset="demo", catch_up_delay=0.5)
+    sb = Sandbox.up("run/sandbox", preset="demo", catch_up_delay=0.5)            # emulated engine
+    sb = Sandbox.up("run/real", cluster=desc, engine="kafka", session_timeout=6)  # real Kafka brokers
     sb.kill([1]); sb.wait_settled(30); sb.start([1]); sb.down()
 
-`up` starts a real ZooKeeper (its data dir under D; or uses `zk=` an existing one, in a fresh chroot),
-writes the cluster into it in Kafka's formats with no broker registered, starts the daemon whose emulated
-brokers register themselves and elect a controller, writes D/sandbox.json and D/logdirs.json, and returns once
-the cluster has settled. `down` stops, by pid, everything `up` started, even after the daemon was killed.
+Both engines share this one interface (up, kill, stop, start, status, wait_settled, down, connect_string,
+broker_ids). `up` starts a real ZooKeeper (its data dir under D; or uses `zk=` an existing one, in a fresh
+chroot), then:
+- engine "emulated": writes the cluster into it in Kafka's formats with no broker registered and starts the
+  daemon whose emulated brokers register themselves and elect a controller;
+- engine "kafka": starts real Kafka broker JVMs and creates the topics through Kafka's admin path
+  (planner.sandbox.kafka_engine); `bootstrap_servers`, `broker_pids`, `produce` and `log_end_offsets` then
+  reach the real brokers.
+It writes D/sandbox.json and D/logdirs.json and returns once the cluster has settled. `down` stops, by pid,
+everything `up` started, even after the process that ran `up` (or the daemon) was killed.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from planner import codec, loader
 from planner import zk as zkmod
 from planner.cluster import Cluster, load_description, log_dirs_json, parse_cluster
 from planner.errors import BadInput, PlannerError
+from planner.kafka import DEFAULT_VERSION as KAFKA_VERSION
 from planner.sandbox.daemon import CONTROL_FILE, DAEMON_CONFIG, LOG_FILE
 from planner.sandbox.presets import generated_description, preset_description
 from planner.sandbox.settings import Timing
@@ -37,6 +45,7 @@ log = logging.getLogger("planner.sandbox")
 
 SANDBOX_FILE = "sandbox.json"
 LOGDIRS_FILE = "logdirs.json"
+ENGINES = ("emulated", "kafka")
 _CHILDREN: dict[int, subprocess.Popen] = {}  # processes started by this process, reaped on down()
 
 
@@ -128,6 +137,49 @@ class Sandbox:
         return self.info["connect"]
 
     @property
+    def engine(self) -> str:
+        return self.info.get("engine", "emulated")
+
+    def _kafka(self) -> Any:
+        if self.engine != "kafka":
+            raise SandboxError(f"the sandbox in {self.dir} runs the {self.engine} engine: it has no Kafka brokers "
+                               "(start one with engine='kafka' / --engine kafka)")
+        from planner.sandbox.kafka_engine import KafkaEngine, read_info
+
+        self.info = read_info(self.dir)
+        return KafkaEngine(self.dir, self.info)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The running real brokers' listeners, `127.0.0.1:PORT,...` (kafka engine only)."""
+        return self._kafka().bootstrap
+
+    @property
+    def broker_pids(self) -> dict[int, int]:
+        """Broker id -> JVM pid of every running real broker (kafka engine only)."""
+        return self._kafka().pids()
+
+    @property
+    def kafka_version(self) -> str | None:
+        return self.info.get("kafka", {}).get("version")
+
+    def kafka_jars(self) -> Any:
+        """The planner.kafka.jars.KafkaJars this sandbox runs (kafka engine only)."""
+        return self._kafka().jars()
+
+    def produce(self, sizes: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Write sizes[(topic, partition)] payload bytes into each partition (acks=all); kafka engine only."""
+        return self._kafka().produce(sizes)
+
+    def log_end_offsets(self, partitions: Any) -> dict[tuple[str, int], int]:
+        """Log-end offsets of (topic, partition)s from their leaders; kafka engine only."""
+        return self._kafka().log_end_offsets(partitions)
+
+    def log_dirs(self) -> dict[str, Any]:
+        """Partition sizes on the brokers' disks, in `kafka-log-dirs --describe` format; kafka engine only."""
+        return self._kafka().log_dirs()
+
+    @property
     def broker_ids(self) -> list[int]:
         return list(self.info.get("brokers", []))
 
@@ -190,24 +242,36 @@ class Sandbox:
 
     # ------------------------------------------------------------------------------------- commands
     def kill(self, ids: Any, timeout: float = 120) -> dict[str, Any]:
-        """Hard failure: the brokers' sessions are closed; returns once the controller has reacted."""
+        """Hard failure (emulated: the brokers' sessions are closed; kafka: SIGKILL of the JVMs); returns once
+        the controller has reacted (on real brokers: after their ZooKeeper sessions expired)."""
+        if self.engine == "kafka":
+            return self._kafka().kill(self._ids(ids), timeout)
         return self._call("kill", {"brokers": self._ids(ids)}, timeout)
 
     def stop(self, ids: Any, timeout: float | None = None) -> dict[str, Any]:
-        """Controlled shutdown; returns once the brokers have stopped (after their retries, if any)."""
+        """Controlled shutdown (kafka: SIGTERM, in the order given); returns once the brokers have stopped
+        (after their retries, if any) and the controller has reacted."""
         t = self.info.get("timing", {})
-        timeout = timeout or t.get("shutdown_retries", 3) * t.get("shutdown_retry_interval", 5) + 120
+        timeout = timeout or t.get("shutdown_retries", 3) * (t.get("shutdown_retry_interval", 5) + 30) + 120
+        if self.engine == "kafka":
+            return self._kafka().stop(self._ids(ids), timeout)
         return self._call("stop", {"brokers": self._ids(ids)}, timeout)
 
     def start(self, ids: Any, timeout: float = 120) -> dict[str, Any]:
         """Restart stopped or killed brokers (new sessions, new broker epochs)."""
+        if self.engine == "kafka":
+            return self._kafka().start(self._ids(ids), timeout)
         return self._call("start", {"brokers": self._ids(ids)}, timeout)
 
     def status(self, limit: int = 1000) -> dict[str, Any]:
+        if self.engine == "kafka":
+            return self._kafka().status(limit)
         return self._call("status", {"limit": limit}, 30)
 
     def wait_settled(self, timeout: float = 60) -> dict[str, Any]:
         """Wait until nothing is left to happen (no pending election, shutdown or catch-up); returns status."""
+        if self.engine == "kafka":
+            return self._kafka().wait_settled(timeout)
         return self._call("wait_settled", {}, timeout)
 
     # ------------------------------------------------------------------------------------- up / down
@@ -215,17 +279,39 @@ class Sandbox:
     def up(cls, directory: str | Path, cluster: Any = None, *, brokers: int | None = None,
            racks: int | None = None, partitions: int | None = None, rf: int | None = None,
            preset: str | None = None, seed: int = 0, zk: str | None = None, chroot: str | None = None,
-           timeout: float = 600, zk_heap_mb: int = 1024, **timing: Any) -> Sandbox:
+           timeout: float = 600, zk_heap_mb: int = 1024, engine: str = "emulated",
+           kafka_version: str = KAFKA_VERSION, broker_heap_mb: int = 256, data_bytes: int | None = None,
+           data_scale: float | None = None, kafka_settings: dict[str, str] | None = None,
+           **timing: Any) -> Sandbox:
+        """Start a sandbox in `directory`. Real brokers (engine="kafka"): `kafka_version` (jars fetched once
+        from Maven Central), `broker_heap_mb` per JVM, data produced = described sizes x `data_scale`, or
+        scaled down so the total stays under `data_bytes` (default 64 MiB); `kafka_settings` adds or
+        overrides server.properties entries. Timing keywords (session_timeout, shutdown_retries, ...) apply
+        to both engines (settings.Timing)."""
         directory = Path(directory).resolve()
         settings = Timing.from_kwargs(**timing)
+        if engine not in ENGINES:
+            raise BadInput(f"unknown sandbox engine {engine!r} (known: {', '.join(ENGINES)})")
         if (directory / SANDBOX_FILE).exists():
             existing = Sandbox(directory)
-            if existing.daemon_alive() or (existing.zookeeper_pid and existing.info.get("zookeeper_started")
-                                           and pid_alive(existing.zookeeper_pid)):
+            if existing.daemon_alive() or existing._kafka_alive() or (
+                    existing.zookeeper_pid and existing.info.get("zookeeper_started") and pid_alive(existing.zookeeper_pid)):
                 raise BadInput(f"{directory} already has a running sandbox; `kplan sandbox down --dir {directory}` "
                                "first")
             existing.down()
         desc = _resolve_cluster(cluster, brokers, racks, partitions, rf, preset, seed)
+        jars = None
+        if engine == "kafka":
+            from planner.kafka.jars import ensure_jars, parse_version
+            from planner.sandbox.kafka_engine import check_reproducible
+
+            parse_version(kafka_version)
+            check_reproducible(desc)
+            if broker_heap_mb < 128:
+                raise BadInput("broker_heap_mb must be at least 128 (a Kafka broker does not start in less)")
+            if data_scale is not None and data_scale < 0:
+                raise BadInput("data_scale must not be negative")
+            jars = ensure_jars(kafka_version)
         if chroot is not None:
             chroot = "/" + chroot.strip("/")
             if chroot == "/":
@@ -239,7 +325,7 @@ class Sandbox:
         else:
             hosts = None
         directory.mkdir(parents=True, exist_ok=True)
-        info: dict[str, Any] = {"dir": str(directory), "token": secrets.token_hex(16),
+        info: dict[str, Any] = {"dir": str(directory), "engine": engine, "token": secrets.token_hex(16),
                                 "brokers": [b.id for b in desc.brokers], "timing": settings.to_dict(),
                                 "chroot": chroot, "zookeeper_pid": None, "zookeeper_started": False,
                                 "daemon_pid": None, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -266,6 +352,9 @@ class Sandbox:
             with zkmod.session(info["connect"]) as client:
                 if client.exists(codec.TOPICS) is not None or client.exists(codec.BROKER_IDS) is not None:
                     raise BadInput(f"ZooKeeper {info['connect']} already holds a Kafka cluster; give a fresh chroot")
+                if engine == "kafka":
+                    return cls._up_kafka(directory, info, desc, jars, broker_heap_mb, data_bytes, data_scale,
+                                         kafka_settings, timeout)
                 loader.load_cluster(client, desc, brokers=False, controller=False)
                 if client.exists(codec.CONTROLLER_EPOCH) is None:
                     client.create(codec.CONTROLLER_EPOCH, codec.encode_controller_epoch(desc.controller_epoch))
@@ -310,9 +399,45 @@ class Sandbox:
                     pass
             raise
 
+    @classmethod
+    def _up_kafka(cls, directory: Path, info: dict[str, Any], desc: Cluster, jars: Any, heap_mb: int,
+                  data_bytes: int | None, data_scale: float | None, settings: dict[str, str] | None,
+                  timeout: float) -> Sandbox:
+        from planner.sandbox.kafka_engine import KafkaEngine, broker_records, scaled_sizes, write_info
+
+        sizes, scale = scaled_sizes(desc, data_bytes, data_scale)
+        info["kafka"] = {"version": jars.version, "lib": str(jars.lib), "heap_mb": heap_mb,
+                         "extra_settings": dict(settings or {}), "brokers": broker_records(directory, desc),
+                         "data": {"scale": scale, "bytes": sum(sizes.values())}}
+        write_info(directory, info)
+        engine = KafkaEngine(directory, info)
+        figures = engine.bring_up(desc, sizes, timeout)
+        engine.reload()
+        engine.info["kafka"]["up"] = figures
+        write_info(directory, engine.info)
+        _write_json(directory / LOGDIRS_FILE, engine.log_dirs(), compact=True)
+        log.info("kafka sandbox up in %.1fs: %s", figures["up_s"], engine.bootstrap)
+        return cls(directory)
+
+    def _kafka_alive(self) -> bool:
+        if self.engine != "kafka":
+            return False
+        from planner.kafka.broker import find_brokers
+
+        return bool(find_brokers(self.dir / "kafka"))
+
     def down(self, timeout: float = 20) -> dict[str, Any]:
-        """Stop the daemon and the ZooKeeper this sandbox started (by pid) and forget the sandbox."""
+        """Stop the brokers (kafka engine: SIGKILL of every broker JVM of this sandbox), the daemon and the
+        ZooKeeper this sandbox started (by pid) and forget the sandbox."""
         report: dict[str, Any] = {"daemon_stopped": False, "zookeeper_stopped": False}
+        if self.engine == "kafka":
+            from planner.sandbox.kafka_engine import KafkaEngine, read_info
+
+            try:
+                self.info = read_info(self.dir)  # another process may have recorded pids since we read it
+            except (OSError, ValueError):
+                pass
+            report.update(KafkaEngine(self.dir, self.info).down())
         pid = self.daemon_pid
         if pid and self.daemon_alive():
             try:
