@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -160,7 +161,10 @@ def main() -> int:
         reps = args.repeat_large if size == "1M" else args.repeat
         print(f"\n== {label}, {size} partitions ({reps} run(s))", flush=True)
         out_dir = args.work / f"plan_{size}_{kind}_{brokers.replace(',', '-') or 'all'}"
-        runs = [_child(["plan", snaps[size], kind, brokers or "-", str(out_dir)]) for _ in range(reps)]
+        runs = []
+        for _ in range(reps):
+            shutil.rmtree(out_dir, ignore_errors=True)   # each run plans into a new folder, as a user would
+            runs.append(_child(["plan", snaps[size], kind, brokers or "-", str(out_dir)]))
         plan = _median(runs)
         row = {"case": label, "partitions": size, "kind": kind, "brokers": brokers, "kplan": plan,
                "target_wall_s": target_s, "target_rss_mib": target_mib,

@@ -78,9 +78,10 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
 
 REFERENCE = """
 import json, sys, time
-from planner import replay, risk, snapshot_io
+from pathlib import Path
+from planner import api, replay, risk, snapshot_io
 t = time.monotonic()
-req = risk.RiskRequest(snapshot=sys.argv[1], out=sys.argv[2], all_brokers=True, all_racks=True)
+req = api.RiskRequest(snapshot=Path(sys.argv[1]), out=Path(sys.argv[2]), all_brokers=True, all_racks=True)
 prepared = risk.prepare(req)
 state = replay.ClusterState.from_snapshot(snapshot_io.read_snapshot(sys.argv[1]))
 res = replay.replay(state, prepared.scenarios, prepared.kafka_version)

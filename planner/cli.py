@@ -36,12 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     if not args.verbose:
-        logging.getLogger("kazoo").setLevel(logging.WARNING)
+        # kazoo's connection retries are noise next to the one-line error the command prints
+        logging.getLogger("kazoo").setLevel(logging.ERROR)
+        logging.getLogger("planner.zk.session").setLevel(logging.ERROR)
     try:
         rc = args.func(args)
     except PlannerError as e:

@@ -18,11 +18,13 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import chain
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from planner.codec import ReassignEntry, decode_reassignment
+from planner.codec import TOPIC_NAME_RE, ReassignEntry, decode_reassignment
 from planner.errors import BadInput, CodecError
 
 FORMAT = "kplan-plan/1"
@@ -108,11 +110,7 @@ class Plan:
     kind: str                                      # "drain" | "rebalance"
     snapshot_fingerprint: str
     parameters: Mapping[str, Any]
-    moves: tuple[Move, ...]
-    batches: tuple[Batch, ...]
     brokers: Brokers
-    reassignment: tuple[ReassignEntry, ...]        # reassignment.json (target lists of every move)
-    rollback: tuple[ReassignEntry, ...]            # rollback.json (the lists the snapshot had)
     snapshot: Mapping[str, Any] = field(default_factory=_empty)    # fingerprint, taken_at
     summary: Mapping[str, Any] = field(default_factory=_empty)
     before: Mapping[str, Any] = field(default_factory=_empty)
@@ -120,8 +118,32 @@ class Plan:
     topics: Mapping[str, Any] = field(default_factory=_empty)
     solver: Mapping[str, Any] = field(default_factory=_empty)
     warnings: tuple[str, ...] = ()
-    doc: Mapping[str, Any] = field(default_factory=_empty, repr=False)   # the whole plan.json, read-only
+    doc: Mapping[str, Any] = field(default_factory=_empty, repr=False)   # plan.json as read (do not modify)
     path: Path | None = None
+
+    # moves and batches are parsed from `doc` when first used (read_plan checks them before returning); a
+    # caller that only shows the summary of a large plan never pays for them.
+    @cached_property
+    def moves(self) -> tuple[Move, ...]:
+        return _moves(dict(self.doc), self._where)
+
+    @cached_property
+    def batches(self) -> tuple[Batch, ...]:
+        return _batches(dict(self.doc), self._where)
+
+    @property
+    def _where(self) -> Path:
+        return (self.path or Path(".")) / "plan.json"
+
+    @cached_property
+    def reassignment(self) -> tuple[ReassignEntry, ...]:
+        """reassignment.json: the target list of every move (what the plan writes)."""
+        return tuple(_entries(self.moves, "to_replicas"))
+
+    @cached_property
+    def rollback(self) -> tuple[ReassignEntry, ...]:
+        """rollback.json: the lists the snapshot had, for the same partitions."""
+        return tuple(_entries(self.moves, "from_replicas"))
 
     @property
     def drained_brokers(self) -> tuple[int, ...]:
@@ -133,15 +155,13 @@ class Plan:
         return value if isinstance(value, Mapping) else _EMPTY
 
 
+def _entries(moves: tuple[Move, ...], which: str) -> list[ReassignEntry]:
+    return [ReassignEntry(m.topic, m.partition, getattr(m, which)) for m in moves]
+
+
 # ------------------------------------------------------------------------------------------------ reader
 def _bad(where: Path, problem: str) -> BadInput:
     return BadInput(f"{where}: {problem}")
-
-
-def _ints(value: Any, where: Path, what: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or any(type(x) is not int or x < 0 for x in value):
-        raise _bad(where, f"{what} must be a list of broker ids, got {json.dumps(value)}")
-    return tuple(value)
 
 
 def _load_json(f: Path) -> Any:
@@ -153,22 +173,38 @@ def _load_json(f: Path) -> Any:
         raise _bad(f, f"cannot be read ({e.strerror or e})") from None
 
 
+def _all_ids(lists: list, where: Path, what: str) -> None:
+    """Every element of every list is a broker id (checked in bulk: a plan can hold a million of them)."""
+    if set(map(type, lists)) - {list}:
+        raise _bad(where, f"{what} must be lists of broker ids")
+    flat = list(chain.from_iterable(lists))
+    if flat and (set(map(type, flat)) != {int} or min(flat) < 0):
+        bad = next(x for x in flat if type(x) is not int or x < 0)
+        raise _bad(where, f"{what} must hold broker ids, found {json.dumps(bad)}")
+
+
 def _moves(doc: dict[str, Any], where: Path) -> tuple[Move, ...]:
     moves = doc["moves"]
-    if not isinstance(moves, list):
-        raise _bad(where, "'moves' must be a list")
-    out = []
-    for m in moves:
-        if not isinstance(m, dict) or not {"topic", "partition", "from", "to", "kind"} <= m.keys():
-            raise _bad(where, f"a move lacks topic, partition, from, to or kind: {json.dumps(m)[:200]}")
-        if not isinstance(m["topic"], str) or type(m["partition"]) is not int or m["kind"] not in MOVE_KINDS:
-            raise _bad(where, f"malformed move {json.dumps(m)[:200]}")
-        nbytes = m.get("bytes")
-        if nbytes is not None and (type(nbytes) is not int or nbytes < 0):
-            raise _bad(where, f"move {m['topic']}-{m['partition']}: bytes must be a non-negative integer or null")
-        out.append(Move(m["topic"], m["partition"], _ints(m["from"], where, "from"), _ints(m["to"], where, "to"),
-                        nbytes, m["kind"]))
-    return tuple(out)
+    if not isinstance(moves, list) or set(map(type, moves)) - {dict}:
+        raise _bad(where, "'moves' must be a list of objects")
+    try:
+        topic = [m["topic"] for m in moves]
+        part = [m["partition"] for m in moves]
+        frm = [m["from"] for m in moves]
+        to = [m["to"] for m in moves]
+        kind = [m["kind"] for m in moves]
+    except KeyError as e:
+        raise _bad(where, f"a move lacks {e.args[0]!r}") from None
+    nbytes = [m.get("bytes") for m in moves]
+    if set(map(type, topic)) - {str} or set(map(type, part)) - {int} or set(kind) - set(MOVE_KINDS) \
+            or (part and min(part) < 0) or not all(map(TOPIC_NAME_RE.match, set(topic))):
+        raise _bad(where, "malformed move: topic must be a string, partition a non-negative integer, kind "
+                          f"one of {', '.join(MOVE_KINDS)}")
+    if set(map(type, nbytes)) - {int, type(None)} or min((x for x in nbytes if x is not None), default=0) < 0:
+        raise _bad(where, "a move's bytes must be a non-negative integer or null")
+    _all_ids(frm, where, "moves' from lists")
+    _all_ids(to, where, "moves' to lists")
+    return tuple(map(Move, topic, part, map(tuple, frm), map(tuple, to), nbytes, kind))
 
 
 def _batches(doc: dict[str, Any], where: Path) -> tuple[Batch, ...]:
@@ -184,13 +220,11 @@ def _batches(doc: dict[str, Any], where: Path) -> tuple[Batch, ...]:
             raise _bad(where, f"batch {b['index']} lacks its partitions or replica lists")
         if len(parts) != len(reps):
             raise _bad(where, f"batch {b['index']} lists {len(parts)} partitions but {len(reps)} replica lists")
-        keys = []
-        for p in parts:
-            if not (isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and type(p[1]) is int):
-                raise _bad(where, f"batch {b['index']}: {json.dumps(p)} is not [topic, partition]")
-            keys.append((p[0], p[1]))
-        out.append(Batch(b["index"], b["kind"], tuple(keys),
-                         tuple(_ints(r, where, f"batch {b['index']} replicas") for r in reps)))
+        if set(map(type, parts)) - {list} or set(map(len, parts)) - {2} \
+                or set(type(p[0]) for p in parts) - {str} or set(type(p[1]) for p in parts) - {int}:
+            raise _bad(where, f"batch {b['index']}: partitions must be [topic, partition] pairs")
+        _all_ids(reps, where, f"batch {b['index']} replicas")
+        out.append(Batch(b["index"], b["kind"], tuple(map(tuple, parts)), tuple(map(tuple, reps))))
     if [b.index for b in out] != list(range(len(out))):
         raise _bad(where, f"batch indexes must be 0..{len(out) - 1} in order, got {[b.index for b in out]}")
     return tuple(out)
@@ -223,6 +257,39 @@ def _reassign_file(f: Path) -> tuple[ReassignEntry, ...]:
         raise _bad(f, f"cannot be read ({e.strerror or e})") from None
 
 
+def _check_reassign_file(f: Path, moves: tuple[Move, ...], which: str, plan: str) -> None:
+    """`f` holds exactly the moves' `which` lists, in the strict znode format. Checked column by column (a plan can list a
+    million partitions); on any difference the strict znode decoder says what is wrong."""
+    try:
+        data = f.read_bytes()
+    except OSError as e:
+        raise _bad(f, f"cannot be read ({e.strerror or e})") from None
+    try:
+        obj = json.loads(data)
+        entries = obj["partitions"] if isinstance(obj, dict) and obj.keys() == {"version", "partitions"} \
+            and obj["version"] == 1 else None
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError):
+        entries = None
+    ok = isinstance(entries, list) and len(entries) == len(moves) and not set(map(type, entries)) - {dict} \
+        and set(map(frozenset, entries)) <= {_ENTRY_KEYS}
+    if ok:
+        parts = [e["partition"] for e in entries]
+        reps = [e["replicas"] for e in entries]
+        ok = ([e["topic"] for e in entries] == [m.topic for m in moves]
+              and set(map(type, parts)) <= {int} and parts == [m.partition for m in moves]
+              and not set(map(type, reps)) - {list}
+              and set(map(type, chain.from_iterable(reps))) <= {int}
+              and list(map(tuple, reps)) == [getattr(m, which) for m in moves])
+    if ok:
+        return
+    got = _reassign_file(f)   # names the problem when the file is malformed
+    if list(got) != _entries(moves, which):
+        raise _bad(f, f"does not match the moves of plan {plan}")
+
+
+_ENTRY_KEYS = frozenset({"topic", "partition", "replicas"})
+
+
 def _check_checksums(path: Path, doc: dict[str, Any]) -> None:
     """plan.json's `files` section: {name: "sha256:<hex>"} of the plan's other files."""
     files = doc.get("files")
@@ -238,6 +305,20 @@ def _check_checksums(path: Path, doc: dict[str, Any]) -> None:
             raise _bad(path, f"{name} is missing (plan.json records its checksum)")
         if file_sha256(f.read_bytes()) != want:
             raise _bad(f, "checksum does not match the one plan.json records (edited or corrupt; re-plan)")
+
+
+def from_document(doc: dict[str, Any], path: Path | None = None) -> Plan:
+    """The model of a plan document whose top level has been checked (read_plan) or that was just written
+    (planner.plan_step): moves and batches are parsed on first use."""
+    snap = doc["snapshot"]
+    where = (path or Path(".")) / "plan.json"
+    return Plan(
+        id=doc["id"], kind=doc["kind"], snapshot_fingerprint=snap["fingerprint"],
+        parameters=frozen(doc["parameters"]), brokers=_brokers(doc, where), snapshot=frozen(snap),
+        summary=frozen(doc.get("summary") or {}), before=frozen(doc.get("before") or {}),
+        after=frozen(doc.get("after") or {}), topics=frozen(doc.get("topics") or {}),
+        solver=frozen(doc.get("solver") or {}), warnings=tuple(str(w) for w in doc.get("warnings") or ()),
+        doc=MappingProxyType(doc), path=path)
 
 
 def read_plan(path: Path | str) -> Plan:
@@ -266,16 +347,10 @@ def read_plan(path: Path | str) -> Plan:
     if not isinstance(doc["parameters"], dict):
         raise _bad(where, "'parameters' must be an object")
     _check_checksums(path, doc)
-    moves = _moves(doc, where)
-    batches = _batches(doc, where)
-    reassign = _reassign_file(path / "reassignment.json")
-    rollback = _reassign_file(path / "rollback.json")
-    if [(e.topic, e.partition, e.replicas) for e in reassign] != [(m.topic, m.partition, m.to_replicas)
-                                                                   for m in moves]:
-        raise _bad(path / "reassignment.json", f"does not match the moves of plan {doc['id']}")
-    if [(e.topic, e.partition, e.replicas) for e in rollback] != [(m.topic, m.partition, m.from_replicas)
-                                                                   for m in moves]:
-        raise _bad(path / "rollback.json", f"does not match the moves of plan {doc['id']}")
+    plan = from_document(doc, path)
+    moves, batches = plan.moves, plan.batches
+    _check_reassign_file(path / "reassignment.json", moves, "to_replicas", doc["id"])
+    _check_reassign_file(path / "rollback.json", moves, "from_replicas", doc["id"])
     moved = {(m.topic, m.partition) for m in moves if m.kind == "data"}
     in_data = [p for b in batches if b.kind == "data" for p in b.partitions]
     if len(in_data) != len(set(in_data)) or set(in_data) != moved:
@@ -288,14 +363,7 @@ def read_plan(path: Path | str) -> Plan:
                     raise _bad(where, f"batch {b.index} writes {key[0]}-{key[1]} as {list(reps)}, not the plan's "
                                       f"target {list(final.get(key) or ())}")
     _check_batch_files(path, batches)
-    return Plan(
-        id=doc["id"], kind=doc["kind"], snapshot_fingerprint=snap["fingerprint"],
-        parameters=frozen(doc["parameters"]), moves=moves, batches=batches, brokers=_brokers(doc, where),
-        reassignment=reassign, rollback=rollback, snapshot=frozen(snap),
-        summary=frozen(doc.get("summary") or {}), before=frozen(doc.get("before") or {}),
-        after=frozen(doc.get("after") or {}), topics=frozen(doc.get("topics") or {}),
-        solver=frozen(doc.get("solver") or {}), warnings=tuple(str(w) for w in doc.get("warnings") or ()),
-        doc=frozen(doc), path=path)
+    return plan
 
 
 def _check_batch_files(path: Path, batches: tuple[Batch, ...]) -> None:

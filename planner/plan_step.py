@@ -12,12 +12,11 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import BadInput
-from planner.plan_model import read_plan
+from planner.plan_model import from_document
 from planner.runfolder import check_output, step_output
 
 if TYPE_CHECKING:
@@ -96,8 +95,7 @@ def run_plan(kind: str, req: DrainRequest | RebalanceRequest, say: Callable[[str
                 "rebalance_rounds": res.rebalance.rounds if res.rebalance else None}
 
     with step_output(req.out, req.force, (snapshot_dir,)) as tmp:
-        write_plan(tmp, res, snapshot, parameters, solve_info)
-        plan = read_plan(tmp)   # the one reader checks what was written, before it becomes the plan folder
+        doc = write_plan(tmp, res, snapshot, parameters, solve_info)
         solve = json.loads((tmp / "solve.json").read_text())
     out = Path(req.out)
-    return PlanOutcome(out, plan.id, replace(plan, path=out), solve)
+    return PlanOutcome(out, doc["id"], from_document(doc, out), solve)

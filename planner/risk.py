@@ -1,23 +1,22 @@
 """Drain risk, the library entry: validate the request, build the scenarios, run the Spark job, report.
 
-`kplan risk` and the Airflow task call `run_risk`. It checks every input before Spark starts (unknown
-broker ids or racks, an empty drain set, a missing or incompatible snapshot, a bad plan: BadInput, exit 2),
-builds the scenario list (`build_scenarios`), then runs `spark/drain_risk.py` in this process (default) or
-through `spark-submit` (any master). The job writes `scenarios.parquet`, `partitions.parquet` and
+`planner.api.risk` (what `kplan risk` and the Airflow task call) uses `prepare` and `run_risk`. They check
+every input before Spark starts (unknown broker ids or racks, an empty drain set, a missing or incompatible
+snapshot, a bad plan: BadInput, exit 2), build the scenario list (`build_scenarios`), then run the Spark job
+(planner.risk_job) in this process (default) or through `spark-submit` (any master). The job writes `scenarios.parquet`, `partitions.parquet` and
 `summary.json`; `format_report` turns the summary into the table an operator reads.
 
-Which scenarios: with no --drain/--drain-rack, the full sweep (every live broker alone and every rack, in
+Which scenarios: with no drains / drain_racks, the full sweep (every live broker alone and every rack, in
 each requested mode). With a drain, that drain and its rolling sequence (one broker at a time, in the
-order given), plus the sweep parts asked for with --all-brokers / --all-racks. With --plan, the same
+order given), plus the sweep parts asked for with all_brokers / all_racks. With a plan, the same
 scenarios are scored on the plan's target assignment too ("after plan"), so the review shows before/after;
-without --drain, the drain scored is the set of brokers the plan empties.
+without drains, the drain scored is the set of brokers the plan empties.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -25,13 +24,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from planner import codec
 from planner import risk_model as rm
@@ -40,98 +37,27 @@ from planner.api import RiskRequest
 from planner.cluster import Cluster
 from planner.errors import BadInput
 from planner.plan_model import read_plan
+from planner.risk_args import parse_brokers, parse_racks, to_args  # noqa: F401 (parse_* re-exported)
 
-REPO = Path(__file__).resolve().parent.parent
-JOB = REPO / "spark" / "drain_risk.py"
+log = logging.getLogger(__name__)
+
 SUMMARY_FORMAT = "kplan-risk/1"
 DEFAULT_MASTER = "local[2]"
 
 
 # ------------------------------------------------------------------------------------------ inputs
-def parse_brokers(text: str, what: str = "--drain") -> tuple[int, ...]:
-    """'1,2, 3' -> (1, 2, 3), order kept (it is the rolling order). Empty or junk -> BadInput."""
-    items = [x.strip() for x in str(text).split(",") if x.strip()]
-    if not items:
-        raise BadInput(f"{what} is empty: name at least one broker id, e.g. {what} 1,2")
-    try:
-        ids = tuple(int(x) for x in items)
-    except ValueError:
-        raise BadInput(f"{what} {text!r} must be a comma-separated list of broker ids") from None
-    if len(set(ids)) != len(ids):
-        raise BadInput(f"{what} {text!r} names a broker twice")
-    return ids
+def open_snapshot(source: Path | str | sio.Snapshot) -> sio.Snapshot:
+    """A snapshot folder opened and checked (its partitions stay on disk until asked for: a million-partition
+    table is read by Spark, not by the driver), or an in-memory snapshot as it is."""
+    return source if isinstance(source, sio.Snapshot) else sio.read_snapshot(source)
 
 
-def parse_racks(text: str) -> tuple[str, ...]:
-    items = tuple(x.strip() for x in str(text).split(",") if x.strip())
-    if not items:
-        raise BadInput("--drain-rack is empty: name at least one rack")
-    return items
-
-
-@dataclass
-class SnapshotInfo:
-    """What the driver needs from a snapshot before Spark starts (the partitions stay on disk)."""
-
-    path: Path | None
-    manifest: dict[str, Any]
-    brokers: pa.Table
-    topics: pa.Table
-    snapshot: sio.Snapshot | None = None  # in-memory snapshots (tests) carry their tables here
-
-    @property
-    def broker_ids(self) -> list[int]:
-        return self.brokers.column("broker").to_pylist()
-
-    @property
-    def alive(self) -> dict[int, bool]:
-        return dict(zip(self.broker_ids, self.brokers.column("alive").to_pylist(), strict=True))
-
-    @property
-    def racks(self) -> dict[int, str | None]:
-        return dict(zip(self.broker_ids, self.brokers.column("rack").to_pylist(), strict=True))
-
-    def partition_keys(self) -> pa.Table:
-        if self.snapshot is not None:
-            return self.snapshot.partitions.select(["topic", "partition"])
-        assert self.path is not None
-        return pq.read_table(self.path / "partitions.parquet", columns=["topic", "partition"])
-
-
-def open_snapshot(source: Path | str | sio.Snapshot) -> SnapshotInfo:
-    """Validate a snapshot folder the way snapshot_io.read_snapshot does, without loading its partitions
-    (a million-partition table is read by Spark, not by the driver)."""
-    if isinstance(source, sio.Snapshot):
-        return SnapshotInfo(source.path, source.manifest, source.brokers, source.topics, source)
-    path = Path(source)
-    manifest = sio.read_manifest(path)
-    tables = {}
-    for name in ("brokers", "topics", "partitions"):
-        f = path / f"{name}.parquet"
-        if not f.exists():
-            raise BadInput(f"{path} lacks {name}.parquet")
-        want = sio.SCHEMAS[name]
-        try:
-            have = pq.read_schema(f)
-        except (pa.ArrowInvalid, OSError) as e:
-            raise BadInput(f"{f} is not a Parquet file: {e}") from None
-        missing = [c for c in want.names if c not in have.names]
-        if missing:
-            raise BadInput(f"{name}.parquet lacks columns {missing}: not a {sio.FORMAT} snapshot")
-        if name != "partitions":
-            try:
-                tables[name] = pq.read_table(f).select(want.names).cast(want)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                raise BadInput(f"{name}.parquet does not match the {sio.FORMAT} schema: {e}") from None
-    return SnapshotInfo(path, manifest, tables["brokers"], tables["topics"])
-
-
-def check_plan(info: SnapshotInfo, entries: Sequence[codec.ReassignEntry]) -> None:
+def check_plan(info: sio.Snapshot, entries: Sequence[codec.ReassignEntry]) -> None:
     known = set(info.broker_ids)
     unknown = sorted({b for e in entries for b in e.replicas} - known)
     if unknown:
         raise BadInput(f"the plan's target replicas name broker ids the snapshot does not know: {unknown}")
-    keys = info.partition_keys()
+    keys = info.partition_columns(["topic", "partition"])
     topic = keys.column("topic")
     topic = pc.cast(topic, pa.string()) if pa.types.is_dictionary(topic.type) else topic
     have = pc.binary_join_element_wise(topic, pc.cast(keys.column("partition"), pa.string()), "\t")
@@ -143,13 +69,9 @@ def check_plan(info: SnapshotInfo, entries: Sequence[codec.ReassignEntry]) -> No
                        + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else ""))
 
 
-def plan_emptied_brokers(info: SnapshotInfo, entries: Sequence[codec.ReassignEntry]) -> tuple[int, ...]:
+def plan_emptied_brokers(info: sio.Snapshot, entries: Sequence[codec.ReassignEntry]) -> tuple[int, ...]:
     """Brokers that hold replicas now and none once the plan completes: the drain the plan was made for."""
-    if info.snapshot is not None:
-        parts = info.snapshot.partitions.select(["topic", "partition", "replicas"])
-    else:
-        assert info.path is not None
-        parts = pq.read_table(info.path / "partitions.parquet", columns=["topic", "partition", "replicas"])
+    parts = info.partition_columns(["topic", "partition", "replicas"])
     topic = parts.column("topic")
     topic = pc.cast(topic, pa.string()) if pa.types.is_dictionary(topic.type) else topic
     moved = {(e.topic, e.partition) for e in entries}
@@ -162,7 +84,7 @@ def plan_emptied_brokers(info: SnapshotInfo, entries: Sequence[codec.ReassignEnt
 
 
 # --------------------------------------------------------------------------------------- scenarios
-def build_scenarios(info: SnapshotInfo, drains: Sequence[tuple[int, ...]] = (),
+def build_scenarios(info: sio.Snapshot, drains: Sequence[tuple[int, ...]] = (),
                     drain_racks: Sequence[str] = (), all_brokers: bool = False, all_racks: bool = False,
                     modes: Sequence[str] = rm.MODES, states: Sequence[str] = ("current",)) -> list[rm.Scenario]:
     """Validate the request against the snapshot and list the scenarios, ids in order."""
@@ -217,40 +139,9 @@ def _ranges(ids: list[int]) -> str:
     return f"{ids[0]}..{ids[-1]} ({len(ids)} brokers)"
 
 
-def submit_args(req: RiskRequest) -> list[str]:
-    """The request as command-line arguments of the Spark job's spark-submit entry."""
-    if not isinstance(req.snapshot, str | Path):
-        raise ValueError("spark-submit needs a snapshot folder, not an in-memory snapshot")
-    args = ["--snapshot", str(req.snapshot), "--out", str(req.out), "--kafka-version", req.kafka_version,
-            "--mode", "both" if set(req.modes) == set(rm.MODES) else req.modes[0]]
-    for d in req.drains:
-        args += ["--drain", ",".join(map(str, d))]
-    for r in req.drain_racks:
-        args += ["--drain-rack", r]
-    if req.all_brokers:
-        args.append("--all-brokers")
-    if req.all_racks:
-        args.append("--all-racks")
-    if req.plan is not None:
-        args += ["--plan", str(req.plan)]
-    return args
-
-
-def request_from_args(args: argparse.Namespace) -> RiskRequest:
-    modes = rm.MODES if args.mode == "both" else (args.mode,)
-    return RiskRequest(
-        snapshot=Path(args.snapshot), out=Path(args.out),
-        drains=tuple(parse_brokers(d) for d in args.drain),
-        drain_racks=tuple(r for text in args.drain_rack for r in parse_racks(text)),
-        all_brokers=args.all_brokers, all_racks=args.all_racks, modes=modes,
-        plan=Path(args.plan) if args.plan else None, kafka_version=args.kafka_version, master=args.master,
-        driver_memory=args.driver_memory, spark_submit=bool(getattr(args, "spark_submit", False)),
-        force=bool(getattr(args, "force", False)))
-
-
 @dataclass
 class Prepared:
-    info: SnapshotInfo
+    info: sio.Snapshot
     scenarios: list[rm.Scenario]
     plan_entries: list[codec.ReassignEntry] | None
     kafka_version: str
@@ -277,75 +168,92 @@ def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None
 
 
 # ------------------------------------------------------------------------------------------ running
-def load_job() -> ModuleType:
-    """spark/drain_risk.py as a module (it is a script for spark-submit, not part of the planner package)."""
-    if not JOB.exists():
-        raise BadInput(f"the Spark job {JOB} is missing from this installation")
-    spec = importlib.util.spec_from_file_location("kplan_drain_risk", JOB)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("kplan_drain_risk", mod)
-    spec.loader.exec_module(mod)
-    return sys.modules["kplan_drain_risk"]
-
-
-def _stderr(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+def _log(msg: str) -> None:
+    log.info("%s", msg)
 
 
 def run_risk(req: RiskRequest, prepared: Prepared | None = None, spark: Any = None,
-             progress: Callable[[str], None] = _stderr) -> dict[str, Any]:
+             progress: Callable[[str], None] = _log) -> dict[str, Any]:
     """Validate (unless `prepared` is given), run the job (in-process with `spark` or a new local session;
-    or spark-submit when the request says so), return the summary (also written to <out>/summary.json)."""
+    or spark-submit when the request says so), return the summary (also written to <out>/summary.json).
+    Writes into `req.out` directly: planner.api.risk gives it a temporary folder (complete or absent)."""
+    from planner import risk_job as job
+
     prepared = prepared or prepare(req)
     out = Path(req.out)
     n = len(prepared.scenarios)
-    progress(f"kplan risk: {n} scenarios ({', '.join(req.modes)}) on {prepared.info.path or 'in-memory snapshot'}")
+    progress(f"{n} scenarios ({', '.join(req.modes)}) on {prepared.info.path or 'in-memory snapshot'}")
     if req.spark_submit:
         return _submit(req, progress)
-    job = load_job()
     own = spark is None
     started = time.monotonic()
     if own:
-        progress(f"kplan risk: starting Spark ({req.master or os.environ.get('SPARK_MASTER') or DEFAULT_MASTER})")
+        progress(f"starting Spark ({req.master or os.environ.get('SPARK_MASTER') or DEFAULT_MASTER})")
         spark = job.session(req.master, req.driver_memory)
     try:
         summary = job.run(spark, prepared, out, progress=progress)
     finally:
         if own:
             spark.stop()
-    progress(f"kplan risk: done in {time.monotonic() - started:.1f}s -> {out}")
+    progress(f"done in {time.monotonic() - started:.1f}s")
     return summary
 
 
+def job_entry() -> Path:
+    """The spark-submit application file of the job, inside the installed package."""
+    from planner import jobs
+
+    return Path(jobs.__file__).resolve().parent / "drain_risk.py"
+
+
 def spark_submit_command(req: RiskRequest) -> list[str]:
-    exe = Path(sys.executable).parent / "spark-submit"
+    """spark-submit (pyspark's own, so any installation has it) with the job's configuration."""
+    import pyspark
+
+    from planner import risk_job as job
+
+    exe = Path(pyspark.__file__).resolve().parent / "bin" / "spark-submit"
     cmd = [str(exe) if exe.exists() else "spark-submit"]
     master = req.master or os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
     cmd += ["--master", master, "--driver-memory", req.driver_memory or os.environ.get(
         "KPLAN_SPARK_DRIVER_MEMORY", "2g")]
-    job = load_job()
     for k, v in job.CONF.items():
         if k != "spark.driver.memory":
             cmd += ["--conf", f"{k}={v}"]
     cmd += ["--conf", f"spark.driver.extraJavaOptions=-Dlog4j.configurationFile=file:{job.log4j_file()} "
             f"{job.JAVA_OPTIONS}"]
-    return cmd + [str(JOB), *submit_args(req)]
+    return cmd + [str(job_entry()), *to_args(req)]
 
 
 def _submit(req: RiskRequest, progress: Callable[[str], None]) -> dict[str, Any]:
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     cmd = spark_submit_command(req)
-    progress("kplan risk: " + " ".join(cmd))
-    done = subprocess.run(cmd, env=env, stdout=sys.stderr, stderr=sys.stderr)
-    if done.returncode == 2:
-        raise BadInput("the Spark job refused its input (see above)")
-    if done.returncode:
-        raise RuntimeError(f"spark-submit failed with exit code {done.returncode}")
+    progress("spark-submit " + " ".join(cmd[1:]))
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace")
+    tail: list[str] = []
+    errors: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip()
+            log.debug("spark-submit: %s", line)
+            tail = (tail + [line])[-20:]
+            if " ERROR planner." in line:
+                errors.append(line.split(": ", 1)[-1])
+        rc = proc.wait()
+    except BaseException:
+        proc.terminate()
+        proc.wait()
+        raise
+    if rc == 2:
+        raise BadInput(errors[-1] if errors else "the Spark job refused its input")
+    if rc:
+        raise RuntimeError(f"spark-submit failed with exit code {rc}: " + (errors[-1] if errors else
+                                                                          " | ".join(tail[-5:])))
     return json.loads((Path(req.out) / "summary.json").read_text())
 
 

@@ -1,7 +1,7 @@
 """The drain-risk definitions, in one place: outcomes, effective min ISR, levels, score, scenario names.
 
 Two engines evaluate drains: the numpy reference replay (`planner.replay`) and the Spark job
-(`spark/drain_risk.py`). Each replays Kafka's election rules in its own way, but neither defines what an
+(planner.risk_job). Each replays Kafka's election rules in its own way, but neither defines what an
 outcome *means*: both hand the same per-partition facts (new leader, new ISR size, RF, ...) to the
 expressions below, through a tiny expression language with two evaluators (`eval_numpy`, `to_spark`).
 So "under-min-ISR" or "critical" is written exactly once, and a change here changes both engines.
@@ -194,7 +194,7 @@ def parse_kafka_version(text: str) -> tuple[int, int]:
     """'3.7', '3.6.1', '2.8' -> (major, minor). ZooKeeper mode exists only in 2.x and 3.x."""
     m = re.fullmatch(r"\s*(\d+)\.(\d+)(?:\.\d+)?\s*", str(text))
     if not m:
-        raise BadInput(f"--kafka-version {text!r} is not a version like 3.7 or 3.6.1")
+        raise BadInput(f"kafka_version {text!r} is not a version like 3.7 or 3.6.1")
     v = (int(m.group(1)), int(m.group(2)))
     if not (2, 0) <= v < (4, 0):
         raise BadInput(f"Kafka {text} has no ZooKeeper mode (it exists in 2.x and 3.x only)")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,13 +81,42 @@ SCHEMAS = {"partitions": PARTITIONS_SCHEMA, "topics": TOPICS_SCHEMA, "brokers": 
 PARTITIONS_ROW_GROUP = 65_536
 
 
-@dataclass
 class Snapshot:
-    path: Path | None
-    manifest: dict[str, Any]
-    brokers: pa.Table
-    topics: pa.Table
-    partitions: pa.Table
+    """A snapshot: its manifest, brokers and topics, and its partitions, which a folder loads only when a
+    caller asks for them (a million-partition table is often read by Spark, not by this process).
+
+    The one snapshot type: `kplan snapshot` returns it, `read_snapshot` opens a folder as one, and tests build
+    in-memory ones (`path` None, partitions given)."""
+
+    def __init__(self, path: Path | None, manifest: dict[str, Any], brokers: pa.Table, topics: pa.Table,
+                 partitions: pa.Table | None = None):
+        if partitions is None and path is None:
+            raise ValueError("an in-memory snapshot needs its partitions")
+        self.path = path
+        self.manifest = manifest
+        self.brokers = brokers
+        self.topics = topics
+        self._partitions = partitions
+
+    def __repr__(self) -> str:
+        return f"Snapshot({str(self.path) if self.path else 'in memory'}, {self.fingerprint})"
+
+    @property
+    def in_memory(self) -> bool:
+        """True when the partitions exist only in this process (no folder to hand to Spark)."""
+        return self.path is None
+
+    @property
+    def partitions(self) -> pa.Table:
+        if self._partitions is None:
+            self._partitions = _read_table(self.path, "partitions")
+        return self._partitions
+
+    def partition_columns(self, columns: list[str]) -> pa.Table:
+        """Some columns of the partitions, read from the folder alone when the table is not loaded."""
+        if self._partitions is not None:
+            return self._partitions.select(columns)
+        return _read_table(self.path, "partitions", columns)
 
     @property
     def fingerprint(self) -> str:
@@ -98,11 +126,18 @@ class Snapshot:
         """The list column as a (partitions × max length) int32 matrix padded with -1."""
         return list_to_matrix(self.partitions.column(column))
 
-    def broker_ids(self, alive_only: bool = False) -> np.ndarray:
-        ids = self.brokers.column("broker").to_numpy()
-        if alive_only:
-            ids = ids[self.brokers.column("alive").to_numpy(zero_copy_only=False)]
-        return np.sort(ids)
+    @property
+    def broker_ids(self) -> list[int]:
+        """Every broker the snapshot knows (registered or named by an assignment), in table order."""
+        return self.brokers.column("broker").to_pylist()
+
+    @property
+    def alive(self) -> dict[int, bool]:
+        return dict(zip(self.broker_ids, self.brokers.column("alive").to_pylist(), strict=True))
+
+    @property
+    def racks(self) -> dict[int, str | None]:
+        return dict(zip(self.broker_ids, self.brokers.column("rack").to_pylist(), strict=True))
 
 
 def list_to_matrix(col: pa.ChunkedArray | pa.Array, width: int | None = None) -> np.ndarray:
@@ -207,13 +242,44 @@ def read_manifest(path: Path | str) -> dict[str, Any]:
     return manifest
 
 
-def read_snapshot(path: Path | str) -> Snapshot:
+def _read_table(path: Path, name: str, columns: list[str] | None = None) -> pa.Table:
+    f = path / f"{name}.parquet"
+    try:
+        table = pq.read_table(f, columns=columns)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise BadInput(f"{f} cannot be read as Parquet ({_first_line(e)}): the snapshot is damaged; take it "
+                       "again") from None
+    if columns is not None:
+        want = pa.schema([SCHEMAS[name].field(c) for c in columns])
+        try:
+            return table.select(columns).cast(want)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise BadInput(f"{name}.parquet does not match the {FORMAT} schema: {_first_line(e)}") from None
+    return _check_schema(name, table)
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def read_snapshot(path: Path | str, lazy: bool = True) -> Snapshot:
+    """Open a snapshot folder: manifest, brokers and topics checked and loaded; partitions checked (schema)
+    and loaded on first use (`lazy=False`: now)."""
     path = Path(path)
     manifest = read_manifest(path)
     tables = {}
     for name in SCHEMAS:
         f = path / f"{name}.parquet"
-        if not f.exists():
+        if not f.is_file():
             raise BadInput(f"{path} lacks {name}.parquet")
-        tables[name] = _check_schema(name, pq.read_table(f))
-    return Snapshot(path, manifest, tables["brokers"], tables["topics"], tables["partitions"])
+        if name == "partitions" and lazy:
+            try:
+                have = pq.read_schema(f)
+            except (pa.ArrowInvalid, OSError) as e:
+                raise BadInput(f"{f} is not a Parquet file ({_first_line(e)})") from None
+            missing = [c for c in SCHEMAS[name].names if c not in have.names]
+            if missing:
+                raise BadInput(f"{name}.parquet lacks columns {missing}: not a {FORMAT} snapshot")
+            continue
+        tables[name] = _read_table(path, name)
+    return Snapshot(path, manifest, tables["brokers"], tables["topics"], tables.get("partitions"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -79,11 +80,61 @@ def auth_from_env(env_var: str | None = None) -> tuple[str, str] | None:
     return user, password
 
 
+# kazoo's client and connection log through this logger (KazooClient(logger=...)): at DEBUG kazoo logs every
+# request it sends, including the digest credentials of the Auth request, so the logger carries a filter that
+# removes every credential any session of this process was given. The CLI keeps it at ERROR unless -v.
+SESSION_LOG = logging.getLogger("planner.zk.session")
+
+
+class _Redact(logging.Filter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            msg = record.getMessage()
+            if any(x in msg for x in self.secrets):
+                for x in sorted(self.secrets, key=len, reverse=True):
+                    msg = msg.replace(x, "***")
+                record.msg, record.args = msg, None
+        return True
+
+
+_REDACT = _Redact()
+SESSION_LOG.addFilter(_REDACT)
+
+
+def redact(*secrets: str) -> None:
+    """Never let these strings reach a log line of a ZooKeeper session."""
+    _REDACT.secrets.update(x for x in secrets if x)
+
+
+def _check_resolvable(target: ZkTarget) -> None:
+    """Name an unresolvable host as such (kazoo would retry it silently until the timeout)."""
+    hosts = [h.rsplit(":", 1)[0].strip("[]") if ":" in h else h for h in target.hosts.split(",")]
+    failures = []
+    for h in hosts:
+        try:
+            socket.getaddrinfo(h, None)
+            return
+        except socket.gaierror as e:
+            failures.append((h, e))
+    names = ", ".join(h for h, _ in failures)
+    if all(e.errno == socket.EAI_AGAIN for _, e in failures):
+        raise ZkUnavailable(f"cannot resolve ZooKeeper host {names} right now (temporary DNS failure)")
+    raise BadInput(f"cannot resolve ZooKeeper host {names}: no such host name (check the connect string)")
+
+
 def connect(zk: str | ZkTarget, auth: tuple[str, str] | None = None, timeout: float = 10.0,
             read_only: bool = False) -> KazooClient:
     """Start a kazoo session or raise ZkUnavailable within about `timeout` seconds."""
     target = parse_connect(zk) if isinstance(zk, str) else zk
-    auth_data = [("digest", f"{auth[0]}:{auth[1]}")] if auth else None
+    _check_resolvable(target)
+    auth_data = None
+    if auth:
+        redact(f"{auth[0]}:{auth[1]}", auth[1])
+        auth_data = [("digest", f"{auth[0]}:{auth[1]}")]
     client = KazooClient(
         hosts=target.connect_string,
         timeout=max(timeout, 4.0),
@@ -91,6 +142,7 @@ def connect(zk: str | ZkTarget, auth: tuple[str, str] | None = None, timeout: fl
         command_retry=KazooRetry(max_tries=5, delay=0.1, max_delay=2.0),
         auth_data=auth_data,
         read_only=read_only,
+        logger=SESSION_LOG,
     )
     try:
         client.start(timeout=timeout)
@@ -109,8 +161,8 @@ def connect(zk: str | ZkTarget, auth: tuple[str, str] | None = None, timeout: fl
         who = "the digest credentials given" if auth else "a session without credentials"
         raise BadInput(
             f"ZooKeeper at {target.hosts} denied {who} access to {target.chroot} (NOAUTH): the znodes are "
-            f"ACL-protected; give user:password in the environment variable named by --zk-auth-env "
-            f"(default {DEFAULT_AUTH_ENV})"
+            f"ACL-protected; give digest credentials user:password (auth; kplan reads them from "
+            f"${DEFAULT_AUTH_ENV} or the variable its --zk-auth-env names)"
         ) from None
     return client
 
@@ -149,24 +201,36 @@ def require_kafka(client: KazooClient, where: str = "") -> None:
         )
 
 
-def kraft_migration_state(client: KazooClient) -> str | None:
-    """A reason string when the cluster is migrating to KRaft (then ZooKeeper must not be written)."""
-    if client.exists(codec.MIGRATION) is not None:
+def kraft_reason(migration_znode: bool, kraft_controller_epoch: int) -> str | None:
+    """Why the cluster counts as migrating to KRaft (KAFKA_ZK.md §1), or None. The one rule."""
+    if migration_znode:
         return "a /migration znode exists"
-    try:
-        data, _ = client.get(codec.CONTROLLER)
-    except NoNodeError:
-        return None
-    ctrl = codec.decode_controller(data)
-    if ctrl.migrating_to_kraft:
-        return f"/controller has kraftControllerEpoch {ctrl.kraft_controller_epoch}"
+    if kraft_controller_epoch > 0:
+        return f"/controller has kraftControllerEpoch {kraft_controller_epoch}"
     return None
 
 
-def refuse_kraft_migration(client: KazooClient) -> None:
-    reason = kraft_migration_state(client)
+def refuse_kraft(reason: str | None) -> None:
+    """The one KRaft refusal: ZooKeeper is no longer authoritative and must not be written."""
     if reason:
         raise KraftMigration(
             f"this cluster is migrating to KRaft ({reason}); ZooKeeper is no longer authoritative and "
             "must not be written. Use the Admin API based tools instead."
         )
+
+
+def kraft_migration_state(client: KazooClient) -> str | None:
+    """A reason string when the cluster is migrating to KRaft (then ZooKeeper must not be written)."""
+    migration = client.exists(codec.MIGRATION) is not None
+    epoch = -1
+    if not migration:
+        try:
+            data, _ = client.get(codec.CONTROLLER)
+        except NoNodeError:
+            return None
+        epoch = codec.decode_controller(data).kraft_controller_epoch
+    return kraft_reason(migration, epoch)
+
+
+def refuse_kraft_migration(client: KazooClient) -> None:
+    refuse_kraft(kraft_migration_state(client))

@@ -1,13 +1,10 @@
 """The Spark job against the numpy reference replay (differential, over generated clusters), bad input,
-and `kplan risk` end to end (in-process and through spark-submit)."""
+and `kplan risk` end to end in-process (spark-submit from an installed wheel: tests/test_install.py)."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -18,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plan_support import write_plan_folder
 
-from planner import api, cli, replay, risk
+from planner import api, cli, replay, risk, risk_job
 from planner import risk_model as rm
 from planner import snapshot_io as sio
 from planner.cluster import parse_cluster
@@ -31,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def spark():
     """One local Spark session for the whole test session (the job and `kplan risk` in-process reuse it)."""
-    session = risk.load_job().session("local[2]")
+    session = risk_job.session("local[2]")
     yield session
     session.stop()
 
@@ -111,7 +108,7 @@ def test_spark_job_agrees_with_reference_on_every_partition_of_every_scenario(sp
         req = api.RiskRequest(snapshot=snap, out=Path(tmp) / "risk", drains=(drain,), all_brokers=True,
                               all_racks=True, kafka_version=version)
         prepared = risk.prepare(req, plan_entries=moves or None)
-        risk.load_job().run(spark, prepared, req.out)
+        risk_job.run(spark, prepared, req.out)
         state = replay.ClusterState.from_snapshot(snap)
         ref = replay.replay(state, prepared.scenarios, version, state.with_plan(moves) if moves else None)
         assert_same(Path(req.out), ref)
@@ -200,18 +197,3 @@ def test_cli_names_the_seed_incident_and_scores_the_plan(spark, seed, tmp_path, 
     after = [s for s in summary["scenarios"] if s["state"] == "plan"]
     assert [s["name"] for s in after] == ["after plan: drain 1 [controlled]", "after plan: drain 1 [failure]"]
     assert all(s["offline"] == 0 and s["at_min_isr"] == 3 for s in after)
-
-
-def test_spark_submit_runs_the_same_job(seed, tmp_path):
-    out = tmp_path / "risk"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "planner.cli", "risk", "--snapshot", str(seed), "--out", str(out),
-                           "--all-racks", "--mode", "failure", "--spark-submit", "--json"],
-                          capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout)
-    assert [s["name"] for s in summary["scenarios"]] == ["rack r1 [failure]", "rack r2 [failure]", "rack r3 [failure]"]
-    r1 = summary["scenarios"][0]
-    assert (r1["level"], r1["offline"], r1["rf1_hit"], r1["evaluated"]) == ("critical", 1, 1, 4)
-    assert r1["worst_partitions"][0]["topic"] == "payments"
-    assert "spark-submit" in done.stderr

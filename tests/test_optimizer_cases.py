@@ -188,11 +188,11 @@ def test_refused_when_a_partition_being_reassigned_lives_on_a_drained_broker(tmp
 @pytest.mark.parametrize(("argv", "message"), [
     (["--brokers", "9"], "unknown broker(s) [9]: the snapshot knows 1, 2, 3"),
     (["--brokers", " , "], "--brokers is empty: name at least one broker id"),
-    (["--brokers", "1,1"], "--brokers lists a broker twice: [1, 1]"),
+    (["--brokers", "1,1"], "brokers lists a broker twice: [1, 1]"),
     (["--brokers", "a"], "--brokers 'a': broker ids are integers, comma separated"),
     (["--brokers", "1,2,3"], "no registered broker would remain to hold replicas"),
-    (["--brokers", "1", "--exclude-topics", "("], "--exclude-topics '(' is not a valid regular expression"),
-    (["--brokers", "1", "--max-concurrent-per-broker", "0"], "--max-concurrent-per-broker must be at least 1"),
+    (["--brokers", "1", "--exclude-topics", "("], "exclude_topics '(' is not a valid regular expression"),
+    (["--brokers", "1", "--max-concurrent-per-broker", "0"], "max_concurrent_per_broker must be at least 1"),
 ])
 def test_bad_requests_exit_2_and_write_nothing(tmp_path, capsys, argv, message):
     spec = Spec(_racks(3), {1, 2, 3}, {("t", 0): [1, 2], ("t", 1): [2, 3]})

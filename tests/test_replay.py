@@ -27,7 +27,7 @@ def topic(name: str, *parts: dict, **config: str) -> dict:
 def run(s: risk.sio.Snapshot, drain: tuple[int, ...], mode: str = "failure", version: str = "3.7",
         rolling: bool = False) -> tuple[list[dict], list[dict]]:
     """Replay one drain (and its rolling steps when asked); rows and scenario rows as dicts."""
-    info = risk.open_snapshot(s)
+    info = s
     scenarios = [x for x in risk.build_scenarios(info, [drain], modes=(mode,))
                  if (x.kind == "rolling") == rolling]
     res = replay.replay(replay.ClusterState.from_snapshot(s), scenarios, version)
@@ -230,7 +230,7 @@ def test_plan_state_moves_partitions_to_target_with_preferred_leader():
 def test_scenario_list_and_names():
     s = snap([topic("t", {"replicas": [1, 2, 3]})], brokers=[{"id": 1, "rack": "a"}, {"id": 2, "rack": "b"},
                                                           {"id": 3, "rack": "a"}, {"id": 4, "alive": False}])
-    info = risk.open_snapshot(s)
+    info = s
     names = [x.name for x in risk.build_scenarios(info, [(3, 1)], modes=("controlled",), all_brokers=True,
                                                  all_racks=True)]
     assert names == ["drain 3,1 [controlled]", "rolling 3,1 step 1/2 (broker 3) [controlled]",

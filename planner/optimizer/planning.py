@@ -38,19 +38,19 @@ class Params:
         if self.kind not in ("drain", "rebalance"):
             raise BadInput(f"unknown plan kind {self.kind!r}")
         if self.kind == "drain" and not self.brokers:
-            raise BadInput("a drain needs at least one broker (--brokers 1,2)")
+            raise BadInput("a drain needs at least one broker (brokers)")
         if len(set(self.brokers)) != len(self.brokers):
-            raise BadInput(f"--brokers lists a broker twice: {self.brokers}")
+            raise BadInput(f"brokers lists a broker twice: {self.brokers}")
         if self.max_concurrent_per_broker < 1:
-            raise BadInput("--max-concurrent-per-broker must be at least 1")
+            raise BadInput(f"max_concurrent_per_broker must be at least 1, got {self.max_concurrent_per_broker}")
         for name in ("max_moves", "max_bytes"):
             v = getattr(self, name)
             if v is not None and v < 0:
-                raise BadInput(f"--{name.replace('_', '-')} must not be negative")
+                raise BadInput(f"{name} must not be negative, got {v}")
         if self.order not in ORDERS:
-            raise BadInput(f"--order must be one of {', '.join(ORDERS)}")
+            raise BadInput(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}")
         if self.balance not in ("auto", "count", "bytes"):
-            raise BadInput("--balance must be auto, count or bytes")
+            raise BadInput(f"balance must be auto, count or bytes, not {self.balance!r}")
 
 
 @dataclass

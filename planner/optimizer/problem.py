@@ -109,7 +109,7 @@ def from_snapshot(snap: Snapshot, sizes: dict[tuple[str, int], int] | None = Non
         rack_aware = bool(rack_names)
     if rack_aware and len(rack_names) > MAX_RACKS:
         raise BadInput(f"{len(rack_names)} racks: rack-aware planning supports at most {MAX_RACKS}; "
-                       "use --no-rack-aware")
+                       "plan with rack_aware off (--no-rack-aware)")
     if rack_aware and (rack_of[alive] < 0).any():
         missing = broker_ids[alive & (rack_of < 0)].tolist()
         warnings.append(f"brokers {missing} have no rack: they count for no rack in rack coverage")
@@ -164,7 +164,7 @@ def from_snapshot(snap: Snapshot, sizes: dict[tuple[str, int], int] | None = Non
         try:
             rx = re.compile(exclude_topics)
         except re.error as e:
-            raise BadInput(f"--exclude-topics {exclude_topics!r} is not a valid regular expression: {e}") from None
+            raise BadInput(f"exclude_topics {exclude_topics!r} is not a valid regular expression: {e}") from None
         excluded = np.array([rx.fullmatch(t) is not None for t in topic_names], dtype=bool)
 
     adding = list_to_matrix(parts.column("adding_replicas"))

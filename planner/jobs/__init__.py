@@ -1,0 +1,1 @@
+"""Entry files for `spark-submit` that ship inside the package (an installed planner has no spark/ folder)."""

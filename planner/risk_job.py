@@ -1,0 +1,612 @@
+"""Drain risk as a Spark job: replay Kafka's election rules for every scenario on every affected partition.
+
+Part of the package, so an installed planner (wheel, docker image) has it: functions that take a SparkSession
+and paths. In-process: `assess(spark, RiskRequest(snapshot=..., out=...))`, or `run(spark, prepared, out)`
+with a request planner.risk.prepare checked (what `kplan risk` does). Through spark-submit (any master; in
+Airflow the Spark provider's SparkSubmitOperator), the application is `spark/drain_risk.py` in a checkout or
+`planner/jobs/drain_risk.py` in an installed package, both a few lines that call `main` here:
+
+    spark-submit .../drain_risk.py --snapshot D --out D2 [--drain 1,2] [--drain-rack r1] [--all-brokers]
+        [--all-racks] [--mode controlled|failure|both] [--plan D3] [--kafka-version 3.7] [--force]
+
+Shape of the job (no cross product of partitions and scenarios, no Python UDF):
+  partitions --explode(replicas)--> (partition, broker) --broadcast join--> scenario brokers
+  --keep the first replica that is in the scenario--> one row per (scenario, affected partition)
+  --SQL array functions (array_except / array_intersect / get ...)--> new leader, new ISR, outcomes.
+Rolling sequences fold their steps per partition with the `aggregate` higher-order function. The outcome
+definitions, levels and score come from planner.risk_model (the same expressions the numpy reference
+replay evaluates); the election rules are planner.replay's, written as column expressions (the differential
+test holds the two to the same result on every partition of every scenario).
+
+Outputs (column lists in planner.risk_model):
+  partitions.parquet  a Spark folder, one row per evaluated (scenario, partition): scenario_id, topic,
+                      partition, replicas, rf, eff_min_isr, leader/isr before, new_leader/new_isr after, the
+                      outcome flags (offline, under_min_isr, at_min_isr, under_replicated, unclean_taken,
+                      would_need_unclean, leadership_moved, rf1_hit, was_offline), severity 0-4, and for
+                      rolling steps returned_leader (the leader once the step's brokers came back)
+  scenarios.parquet   one row per scenario: id, name, kind, mode, state (current | plan), brokers, rack,
+                      rolling sequence/step, the outcome counts, survivors' leader load (max vs ideal),
+                      level (low | medium | high | critical), level_rank, score
+  summary.json        levels, the worst scenarios, the baseline health of each state, every scenario's
+                      figures, and the worst partitions of the requested scenarios and of the 20 worst
+                      sweep scenarios
+`main` exits 2 on bad input, with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from planner import risk as risk_lib
+from planner import risk_model as rm
+from planner.api import RiskRequest
+from planner.errors import PlannerError
+from planner.risk_args import add_arguments, request_from_args
+from planner.runfolder import step_output
+
+log = logging.getLogger(__name__)
+
+# Small-machine defaults (2 cores): few shuffle partitions, no UI, quiet logs, a bounded driver heap.
+CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.memory": "2g",
+    # split even a few-MB snapshot into one task per core (Spark splits Parquet at row groups)
+    "spark.sql.files.openCostInBytes": str(1 << 20),
+    # smaller generated methods: the JIT (C2) compiles them for a fraction of the CPU a cold run spends
+    "spark.sql.codegen.methodSplitThreshold": "256",
+}
+# Parallel GC: a batch job wants throughput, and G1's concurrent threads compete for the 2 cores.
+JAVA_OPTIONS = "-XX:+UseParallelGC"
+LOG4J = """status = error
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+"""
+
+
+def log4j_file() -> str:
+    f = Path(tempfile.gettempdir()) / "kplan-spark-log4j2.properties"
+    if not f.exists() or f.read_text() != LOG4J:
+        f.write_text(LOG4J)
+    return str(f)
+
+
+def session(master: str | None = None, driver_memory: str | None = None) -> Any:
+    """A SparkSession for the job. Master: argument, else $SPARK_MASTER, else local[2]; under spark-submit the
+    submitted master is kept. Returns the active session if one exists (tests share one)."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName("kplan-drain-risk")
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    master = master or os.environ.get("SPARK_MASTER") or (None if under_submit else risk_lib.DEFAULT_MASTER)
+    if master:
+        builder = builder.master(master)
+    conf = dict(CONF)
+    conf["spark.driver.memory"] = driver_memory or os.environ.get("KPLAN_SPARK_DRIVER_MEMORY", CONF["spark.driver.memory"])
+    conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{log4j_file()} {JAVA_OPTIONS}"
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+# ------------------------------------------------------------------------------------------ inputs
+def _ints(values: list[int] | tuple[int, ...]) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.array(*[F.lit(int(v)) for v in values]).cast("array<int>")
+
+
+def load_partitions(spark: Any, prepared: risk_lib.Prepared) -> Any:
+    """One row per (state, partition): state 'current' from the snapshot, 'plan' once the plan completed
+    (replicas = ISR = target, leader = target[0]), with the topic's min ISR and unclean setting joined in."""
+    from pyspark.sql import functions as F
+
+    info = prepared.info
+    cols = ["topic", "partition", "replicas", "isr", "leader", "has_state"]
+    if info.in_memory:
+        t = info.partitions.select(cols)
+        t = t.set_column(0, "topic", t.column("topic").cast(pa.string()))
+        parts = spark.createDataFrame(t)
+    else:
+        f = info.path / "partitions.parquet"
+        parts = spark.read.parquet(str(f)).select(*cols)
+        # Spark splits a Parquet file by row groups: with fewer row groups than cores, spread the rows
+        # over the cores first (a shuffle of the partitions table, small next to the evaluation).
+        cores = spark.sparkContext.defaultParallelism
+        if pq.ParquetFile(f).metadata.num_row_groups < cores:
+            parts = parts.repartition(cores * 2)
+    topics = spark.createDataFrame(info.topics.select(["topic", "min_insync_replicas", "unclean_leader_election"]))
+    parts = (parts.join(F.broadcast(topics), "topic", "left")
+             .select(*cols,
+                     F.coalesce("min_insync_replicas", F.lit(1)).cast("int").alias("min_isr"),
+                     F.coalesce("unclean_leader_election", F.lit(False)).alias("unclean"))
+             .withColumn("state", F.lit("current")))
+    if prepared.plan_entries is not None:
+        plan = spark.createDataFrame(
+            pa.table({"topic": pa.array([e.topic for e in prepared.plan_entries], pa.string()),
+                      "partition": pa.array([e.partition for e in prepared.plan_entries], pa.int32()),
+                      "target": pa.array([list(e.replicas) for e in prepared.plan_entries], pa.list_(pa.int32()))}))
+        after = (parts.join(F.broadcast(plan), ["topic", "partition"], "left")
+                 .select("topic", "partition",
+                         F.coalesce("target", "replicas").alias("replicas"),
+                         F.coalesce("target", "isr").alias("isr"),
+                         F.when(F.col("target").isNotNull(), F.get("target", 0)).otherwise(F.col("leader")).alias("leader"),
+                         (F.col("has_state") | F.col("target").isNotNull()).alias("has_state"),
+                         "min_isr", "unclean", F.lit("plan").alias("state")))
+        parts = parts.unionByName(after)
+    return parts.withColumn("rf", F.size("replicas"))
+
+
+# ---------------------------------------------------------------------------------- election rules
+# The rules of planner.replay as stages of named columns; a stage reads inputs and earlier stages through
+# `g(name)`. Inputs: replicas, isr, leader, has_state, unclean, rf (the partition), s (brokers going away),
+# down (s plus brokers already dead), controlled (bool). Outputs: new_leader, new_isr, new_has_state,
+# unclean_taken, live_replica_exists. Names starting with "_" are intermediate. Most rows only lose a
+# follower, so the election candidates are computed lazily, for the rows that need an election.
+Stage = Callable[[Callable[[str], Any]], dict[str, Any]]
+
+
+def minus(arr: Any, gone: Any) -> Any:
+    """arr without the brokers in `gone`, order kept (array_remove when one broker goes: no hash set)."""
+    from pyspark.sql import functions as F
+
+    return F.when(F.size(gone) == 1, F.array_remove(arr, F.get(gone, 0))).otherwise(F.array_except(arr, gone))
+
+
+def _stage_who(g: Callable[[str], Any]) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    led_gone = F.array_contains(g("s"), g("leader"))
+    elect = g("has_state") & (led_gone | (g("leader") < 0))  # hard failure re-elects these (offline rule)
+    return {"_led_gone": led_gone, "_elect": elect, "_needs": elect | ~g("has_state"), "_kept": minus(g("isr"), g("s"))}
+
+
+def _stage_candidates(g: Callable[[str], Any]) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    live_isr = minus(g("isr"), g("down"))                    # ISR restricted to live brokers, order kept
+    cand = F.struct(
+        live_isr.alias("live_isr"),
+        # offline (clean) election: first replica in assignment order that is live and in the ISR
+        F.get(F.array_intersect(g("replicas"), live_isr), 0).alias("clean"),
+        # offline (unclean) election / new partition: the first live replica (and all live replicas)
+        minus(g("replicas"), g("down")).alias("live_reps"))
+    return {"_cand": F.when(g("_needs"), cand)}
+
+
+def _stage_choice(g: Callable[[str], Any]) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    clean = g("_cand")["clean"]
+    first_live = F.get(g("_cand")["live_reps"], 0)
+    by_clean = g("_elect") & clean.isNotNull()
+    return {
+        "_by_clean": by_clean,
+        "_by_unclean": g("_elect") & ~by_clean & g("unclean") & first_live.isNotNull(),
+        # controlled shutdown moves leadership of RF > 1 partitions led by a stopping broker when a live
+        # ISR member outside the stopping set exists (the clean candidate, since `down` covers `s`)
+        "_moved": g("controlled") & g("has_state") & (g("rf") > 1) & g("_led_gone") & clean.isNotNull(),
+        "_first_live": first_live,
+    }
+
+
+def _stage_result(g: Callable[[str], Any]) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    clean, live_isr, live_reps = g("_cand")["clean"], g("_cand")["live_isr"], g("_cand")["live_reps"]
+    new = ~g("has_state")
+    kept = g("_kept")
+    # planner.replay.remove_from_isr: an ISR never empties, the highest gone member stays; except that a
+    # stopping leader with no candidate outlives its stopping followers (planner.replay.controlled_shutdown)
+    keeps_leader = g("controlled") & (g("rf") > 1) & g("_led_gone") & F.array_contains(g("isr"), g("leader"))
+    last = F.when(keeps_leader, g("leader")).otherwise(F.array_max(g("isr")))
+    removed = F.when((F.size(kept) == 0) & (F.size(g("isr")) > 0), F.array(last)).otherwise(kept)
+    return {
+        "new_leader": (F.when(g("_moved"), clean).when(new, F.coalesce(g("_first_live"), F.lit(-1)))
+                       .when(g("_by_clean"), clean).when(g("_by_unclean"), g("_first_live"))
+                       .when(g("_elect"), F.lit(-1)).otherwise(g("leader"))).cast("int"),
+        "new_isr": (F.when(g("_moved"), kept).when(new, live_reps).when(g("_by_clean"), live_isr)
+                    .when(g("_by_unclean"), F.array(g("_first_live"))).otherwise(removed)),
+        "new_has_state": g("has_state") | g("_first_live").isNotNull(),
+        "unclean_taken": g("_by_unclean") & ~g("_moved"),
+        # only read for offline partitions (would-need-unclean), which always went through `_needs`
+        "live_replica_exists": F.when(g("_needs"), g("_first_live").isNotNull()).otherwise(F.lit(True)),
+    }
+
+
+STEP_STAGES: list[Stage] = [_stage_who, _stage_candidates, _stage_choice, _stage_result]
+
+
+def apply_flat(df: Any, stages: list[Stage], drop: bool = True) -> Any:
+    """Run the stages as successive projections (codegen'd; each intermediate computed once)."""
+    from pyspark.sql import functions as F
+
+    for stage in stages:
+        df = df.withColumns(stage(F.col))
+    return df.drop(*[c for c in df.columns if c.startswith("_")]) if drop else df
+
+
+def _let(value: Any, body: Callable[[Any], Any]) -> Any:
+    """Bind a value once inside a lambda expression: transform(array(v), x -> body(x))[0]."""
+    from pyspark.sql import functions as F
+
+    return F.get(F.transform(F.array(value), body), 0)
+
+
+def apply_let(stages: list[Stage], env: dict[str, Any], final: Callable[[dict[str, Any]], Any]) -> Any:
+    """Run the stages inside a higher-order function, binding each stage's values once."""
+    from pyspark.sql import functions as F
+
+    if not stages:
+        return final(env)
+    vals = stages[0](lambda n: env[n])
+    packed = F.struct(*[v.alias(k) for k, v in vals.items()])
+    return _let(packed, lambda r: apply_let(stages[1:], {**env, **{k: r[k] for k in vals}}, final))
+
+
+# ------------------------------------------------------------------------------------------ scenarios
+def _frame(spark: Any, columns: dict[str, tuple[pa.DataType, list]]) -> Any:
+    """A small DataFrame from driver data via Arrow (a local table scan: no Python worker is started)."""
+    return spark.createDataFrame(pa.table({k: pa.array(v, t) for k, (t, v) in columns.items()}))
+
+
+_INTS = pa.list_(pa.int32())
+_STEP = pa.struct([("sid", pa.int32()), ("s", _INTS), ("down", _INTS)])
+_MODE = pa.struct([("sid", pa.int32()), ("mode", pa.string())])
+
+
+def scenario_frames(spark: Any, scenarios: list[rm.Scenario], dead: list[int]) -> tuple[Any, Any]:
+    """(one-shot broker-set x broker rows, rolling sequence x broker rows) as small DataFrames.
+
+    One-shot scenarios with the same brokers and state (the modes of one drain) form one group: a
+    partition is joined and its election candidates computed once per group, then split per mode."""
+    groups: dict[tuple[str, tuple[int, ...]], list[rm.Scenario]] = {}
+    for s in scenarios:
+        if s.kind != "rolling":
+            groups.setdefault((s.state, tuple(sorted(s.brokers))), []).append(s)
+    one = [(state, list(bs), sorted(set(bs) | set(dead)), [{"sid": x.id, "mode": x.mode} for x in members], b)
+           for (state, bs), members in groups.items() for b in bs]
+    one_df = _frame(spark, dict(zip(
+        ["state", "s", "down", "modes", "broker"],
+        [(t, [r[i] for r in one]) for i, t in enumerate([pa.string(), _INTS, _INTS, pa.list_(_MODE), pa.int32()])],
+        strict=True)))
+    seqs: dict[int, list[rm.Scenario]] = {}
+    for s in scenarios:
+        if s.kind == "rolling":
+            seqs.setdefault(s.sequence, []).append(s)
+    roll = []
+    for steps in seqs.values():
+        steps.sort(key=lambda x: x.step)
+        union = sorted({b for x in steps for b in x.brokers})
+        st = [{"sid": x.id, "s": list(x.brokers), "down": sorted(set(x.brokers) | set(dead))} for x in steps]
+        for b in union:
+            roll.append((steps[0].sequence, steps[0].state, steps[0].mode, union, st, b))
+    roll_df = _frame(spark, dict(zip(
+        ["sequence", "state", "mode", "s", "steps", "broker"],
+        [(t, [r[i] for r in roll]) for i, t in enumerate([pa.int32(), pa.string(), pa.string(), _INTS,
+                                                          pa.list_(_STEP), pa.int32()])], strict=True)))
+    return one_df, roll_df
+
+
+def _affected(parts: Any, table: Any) -> Any:
+    """Partitions with a replica on the scenario's brokers, once each: explode the replicas, broadcast-join
+    the scenario brokers, keep the row of the first replica (assignment order) that is in the scenario."""
+    from pyspark.sql import functions as F
+
+    x = parts.select("*", F.explode("replicas").alias("broker"))
+    j = x.join(F.broadcast(table), ["state", "broker"])
+    first = F.when(F.size("s") == 1, F.lit(True)).otherwise(F.col("broker") == F.get(F.array_intersect("replicas", "s"), 0))
+    return j.where(first).drop("broker")
+
+
+_ROW = ["scenario_id", "topic", "partition", "replicas", "rf", "min_isr", "unclean", "leader", "isr",
+        "new_leader", "new_isr", "unclean_taken", "live_replica_exists", "returned_leader"]
+
+
+def one_shot_rows(parts: Any, one_df: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    j = _affected(parts, one_df)
+    # the expensive, mode-independent stages once per (broker set, partition); then one row per mode
+    j = apply_flat(j, STEP_STAGES[:2], drop=False)
+    j = j.select("*", F.explode("modes").alias("_m")).withColumns(
+        {"scenario_id": F.col("_m.sid"), "controlled": F.col("_m.mode") == "controlled"})
+    return apply_flat(j, STEP_STAGES[2:]).withColumn("returned_leader", F.lit(None).cast("int")).select(*_ROW)
+
+
+_OUT_TYPE = ("array<struct<sid:int, leader:int, isr:array<int>, new_leader:int, new_isr:array<int>, "
+             "unclean_taken:boolean, live_replica_exists:boolean, returned_leader:int>>")
+
+
+_FOLD_CACHE: dict[int, Any] = {}
+
+
+def _rolling_fold() -> Any:
+    """The fold of a partition through its sequence's steps, as one `aggregate` expression over the
+    `steps` column (built once per Spark session: it is a large expression, and it reads everything it
+    needs from columns, so it does not depend on the request)."""
+    from pyspark import SparkContext
+    from pyspark.sql import functions as F
+
+    key = id(SparkContext._active_spark_context)
+    if key in _FOLD_CACHE:
+        return _FOLD_CACHE[key]
+    const = {n: F.col(n) for n in ("replicas", "unclean", "rf")}
+    no_one = F.array().cast("array<int>")
+
+    def merge(acc: Any, st: Any) -> Any:
+        env = {**const, "isr": acc["isr"], "leader": acc["leader"], "has_state": acc["has_state"],
+               "s": st["s"], "down": st["down"], "controlled": F.col("controlled")}
+
+        def after_step(e: dict[str, Any]) -> Any:
+            back = {**const, "isr": e["new_isr"], "leader": e["new_leader"], "has_state": e["new_has_state"],
+                    "s": no_one, "down": F.col("dead"), "controlled": F.lit(False)}
+
+            def after_return(r: dict[str, Any]) -> Any:
+                # planner.replay.return_brokers: elect offline/new partitions, then the returning ISR
+                # members rejoin (appended in the order of the ISR the step started from)
+                isr = F.when(r["new_leader"] >= 0,
+                             F.array_union(r["new_isr"], F.array_intersect(acc["isr"], st["s"]))
+                             ).otherwise(r["new_isr"])
+                rec = F.struct(st["sid"].alias("sid"), acc["leader"].alias("leader"), acc["isr"].alias("isr"),
+                               e["new_leader"].alias("new_leader"), e["new_isr"].alias("new_isr"),
+                               e["unclean_taken"].alias("unclean_taken"),
+                               e["live_replica_exists"].alias("live_replica_exists"),
+                               r["new_leader"].alias("returned_leader"))
+                return F.struct(r["new_leader"].alias("leader"), isr.alias("isr"),
+                                r["new_has_state"].alias("has_state"),
+                                F.concat(acc["out"], F.array(rec)).alias("out"))
+
+            return apply_let(STEP_STAGES, back, after_return)
+
+        stepped = apply_let(STEP_STAGES, env, after_step)
+        return F.when(F.arrays_overlap(F.col("replicas"), st["s"]), stepped).otherwise(acc)
+
+    start = F.struct(F.col("leader").alias("leader"), F.col("isr").alias("isr"), F.col("has_state").alias("has_state"),
+                     F.array().cast(_OUT_TYPE).alias("out"))
+    _FOLD_CACHE.clear()
+    _FOLD_CACHE[key] = F.aggregate("steps", start, merge)["out"]
+    return _FOLD_CACHE[key]
+
+
+def rolling_rows(parts: Any, roll_df: Any, dead: list[int]) -> Any:
+    """Fold each partition's state through the sequence's steps; emit a row for every step that touches it."""
+    from pyspark.sql import functions as F
+
+    j = _affected(parts, roll_df).withColumns({"controlled": F.col("mode") == "controlled", "dead": _ints(dead)})
+    folded = j.select("topic", "partition", "replicas", "rf", "min_isr", "unclean",
+                      F.explode(_rolling_fold()).alias("o"))
+    return folded.select(F.col("o.sid").alias("scenario_id"), "topic", "partition", "replicas", "rf", "min_isr",
+                         "unclean", "o.leader", "o.isr", "o.new_leader", "o.new_isr", "o.unclean_taken",
+                         "o.live_replica_exists", "o.returned_leader").select(*_ROW)
+
+
+def with_outcomes(rows: Any, kafka_version: str) -> Any:
+    """The outcome columns, from planner.risk_model's expressions."""
+    from pyspark.sql import functions as F
+
+    facts = rows.withColumns({"new_isr_size": F.size("new_isr"), "unclean_allowed": F.col("unclean")})
+    facts = facts.withColumn("eff_min_isr", rm.to_spark(rm.effective_min_isr(kafka_version)).cast("int"))
+    facts = facts.withColumns({k: rm.to_spark(e) for k, e in rm.OUTCOMES.items()})
+    facts = facts.withColumn("severity", rm.to_spark(rm.SEVERITY).cast("byte"))
+    return facts.select(*rm.ROW_COLUMNS)
+
+
+def evaluate(spark: Any, prepared: risk_lib.Prepared, parts: Any | None = None) -> Any:
+    """Every (scenario, affected partition) row with its outcome columns (risk_model.ROW_COLUMNS)."""
+    parts = parts if parts is not None else load_partitions(spark, prepared)
+    dead = sorted(b for b, ok in prepared.info.alive.items() if not ok)
+    one_df, roll_df = scenario_frames(spark, prepared.scenarios, dead)
+    rows = one_shot_rows(parts, one_df)
+    if any(s.kind == "rolling" for s in prepared.scenarios):
+        rows = rows.unionByName(rolling_rows(parts, roll_df, dead))
+    return with_outcomes(rows, prepared.kafka_version)
+
+
+# ------------------------------------------------------------------------------------------ aggregates
+_BASELINE = ["offline", "under_min_isr", "at_min_isr", "under_replicated", "rf1_hit"]
+SEVERITY_COUNTS = ["_sev1", "_sev2", "_sev3", "_sev4"]
+
+
+def aggregates(spark: Any, prepared: risk_lib.Prepared, rows: Any, parts: Any) -> pa.Table:
+    """One aggregation (one shuffle) of small results, keyed (sid, b):
+      sid >= 0, b = -2   a scenario's evaluated count and outcome counts
+      sid >= 0, b >= 0   a scenario's leader-count change on broker b (new leader +1, old leader -1; for
+                         rolling steps also the changes earlier steps left once their brokers returned)
+      sid = -1 - state   b = leader: the state's leader counts before any scenario, plus its baseline
+                         health (offline, under-min-ISR, ... with the same outcome definitions).
+    """
+    from pyspark.sql import functions as F
+
+    flags = rm.COUNTED + SEVERITY_COUNTS
+    zeros = [F.lit(0).cast("long").alias(k) for k in flags]
+
+    def moves(frame: Any, sid: str, new: str) -> Any:
+        pair = F.array(F.struct(F.col(new).alias("b"), F.lit(1).alias("d")),
+                       F.struct(F.col("leader").alias("b"), F.lit(-1).alias("d")))
+        return (frame.where(F.col(new) != F.col("leader"))
+                .select(F.col(sid).alias("sid"), F.explode(pair).alias("x")).where("x.b >= 0")
+                .select("sid", F.col("x.b").cast("int").alias("b"), F.col("x.d").cast("long").alias("d"), *zeros))
+
+    counts = rows.select(F.col("scenario_id").alias("sid"), F.lit(-2).alias("b"), F.lit(1).cast("long").alias("d"),
+                         *[F.col(k).cast("long").alias(k) for k in rm.COUNTED],
+                         *[(F.col("severity") == i).cast("long").alias(k) for i, k in enumerate(SEVERITY_COUNTS, 1)])
+    later = [(a.id, b.id) for a in prepared.scenarios for b in prepared.scenarios
+             if a.kind == b.kind == "rolling" and a.sequence == b.sequence and a.step < b.step]
+    later_df = _frame(spark, {"sid_j": (pa.int32(), [x for x, _ in later]),
+                              "sid_k": (pa.int32(), [y for _, y in later])})
+    carried = (rows.where(F.col("returned_leader").isNotNull())
+               .join(F.broadcast(later_df), F.col("scenario_id") == F.col("sid_j")))
+    facts = {"new_leader": F.col("leader"), "new_isr_size": F.size("isr"), "unclean_allowed": F.col("unclean"),
+             "unclean_taken": F.lit(False), "live_replica_exists": F.lit(True)}
+    base = parts.withColumns(facts).withColumn("eff_min_isr", rm.to_spark(rm.effective_min_isr(prepared.kafka_version)))
+    base = base.select((-1 - F.when(F.col("state") == "plan", 1).otherwise(0)).alias("sid"), F.col("leader").alias("b"),
+                       F.lit(1).cast("long").alias("d"),
+                       *[(rm.to_spark(rm.OUTCOMES[k]).cast("long") if k in _BASELINE else F.lit(0).cast("long")).alias(k)
+                         for k in flags])
+    union = (counts.unionByName(moves(rows, "scenario_id", "new_leader"))
+             .unionByName(moves(carried, "sid_k", "returned_leader")).unionByName(base))
+    return union.groupBy("sid", "b").agg(F.sum("d").alias("d"), *[F.sum(k).alias(k) for k in flags]).toArrow()
+
+
+def finish(prepared: risk_lib.Prepared, agg: pa.Table) -> tuple[pa.Table, dict[str, dict[str, int]],
+                                                                 dict[int, list[int]]]:
+    """Per-scenario numbers from the aggregated table (a few thousand rows, driver side): counts, the
+    survivors' leader load (risk_model.leader_load), level and score (risk_model.scenario_table)."""
+    import numpy as np
+
+    sid = agg.column("sid").to_numpy()
+    b = agg.column("b").to_numpy()
+    d = agg.column("d").to_numpy()
+    flag = {k: agg.column(k).to_numpy() for k in rm.COUNTED + SEVERITY_COUNTS}
+    info = prepared.info
+    size = max([*info.broker_ids, int(b.max(initial=0)), *(x for s in prepared.scenarios for x in s.brokers)]) + 2
+    alive = np.zeros(size, dtype=bool)
+    alive[[x for x, ok in info.alive.items() if ok]] = True
+    base_counts, baseline = {}, {}
+    for i, state in enumerate(rm.STATES):
+        m = sid == -1 - i
+        if not m.any():
+            continue
+        lead = m & (b >= 0)
+        base_counts[state] = np.bincount(b[lead], weights=d[lead], minlength=size).astype(np.int64)
+        baseline[state] = {"partitions": int(d[m].sum()), **{k: int(flag[k][m].sum()) for k in _BASELINE}}
+        baseline[state]["rf1"] = baseline[state].pop("rf1_hit")
+    order = np.argsort(sid, kind="stable")
+    sid_sorted = sid[order]
+    records, severities = [], {}
+    for s in prepared.scenarios:
+        lo, hi = np.searchsorted(sid_sorted, [s.id, s.id + 1])
+        idx = order[lo:hi]
+        cnt = idx[b[idx] == -2]
+        rec: dict[str, Any] = {"scenario": s, "evaluated": int(d[cnt].sum())}
+        rec.update({k: int(flag[k][cnt].sum()) for k in rm.COUNTED})
+        severities[s.id] = [int(flag[k][cnt].sum()) for k in SEVERITY_COUNTS]
+        mv = idx[b[idx] >= 0]
+        counts = base_counts.get(s.state, np.zeros(size, dtype=np.int64)) + np.bincount(b[mv], weights=d[mv], minlength=size).astype(np.int64)
+        survivors = alive.copy()
+        survivors[list(s.brokers)] = False
+        rec.update(rm.leader_load(counts, survivors))
+        records.append(rec)
+    return rm.scenario_table(records), baseline, severities
+
+
+WORST_SCENARIOS = 20
+
+
+def worst_partitions(spark: Any, rows: Any, severities: dict[int, list[int]], scenario_ids: list[int],
+                     k: int = rm.WORST_PER_SCENARIO) -> Any:
+    """Top k rows by (severity desc, topic, partition) of each listed scenario. Only rows at or above the
+    severity where a scenario's k worst are found take part (known from the severity counts), so the
+    window sorts a few rows per scenario instead of all of them."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    floor = []
+    for sid in scenario_ids:
+        hist = severities.get(sid, [0, 0, 0, 0])  # rows with severity 1..4
+        t = next((lvl for lvl in (4, 3, 2, 1) if sum(hist[lvl - 1:]) >= k), 1)
+        floor.append((sid, t))
+    th = _frame(spark, {"scenario_id": (pa.int32(), [x for x, _ in floor]), "_floor": (pa.int8(), [t for _, t in floor])})
+    w = Window.partitionBy("scenario_id").orderBy(F.desc("severity"), "topic", "partition")
+    keep = ["scenario_id", "topic", "partition", "replicas", "leader", "isr", "new_leader", "new_isr", "severity",
+            *rm.OUTCOMES]
+    return (rows.join(F.broadcast(th), "scenario_id").where(F.col("severity") >= F.col("_floor"))
+            .withColumn("_rn", F.row_number().over(w)).where(F.col("_rn") <= k).select(*keep))
+
+
+def listed_scenarios(table: pa.Table) -> list[int]:
+    """Scenarios whose worst partitions the summary lists: the requested ones (drain, rolling steps, both
+    states) and the WORST_SCENARIOS worst of the sweep (partitions.parquet holds every row)."""
+    rows = table.select(["scenario_id", "kind", "level_rank", "score"]).to_pylist()
+    requested = [r["scenario_id"] for r in rows if r["kind"] in ("drain", "rolling")]
+    sweep = sorted((r for r in rows if r["kind"] not in ("drain", "rolling")),
+                   key=lambda r: (-r["level_rank"], -r["score"], r["scenario_id"]))
+    return requested + [r["scenario_id"] for r in sweep[:WORST_SCENARIOS]]
+
+
+def _log(message: str) -> None:
+    log.info("%s", message)
+
+
+def run(spark: Any, prepared: risk_lib.Prepared, out: Path | str,
+        progress: Callable[[str], None] = _log) -> dict[str, Any]:
+    """The whole job: evaluate, write partitions.parquet, aggregate from it, write scenarios and summary."""
+    started = time.monotonic()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    parts = load_partitions(spark, prepared)
+    rows = evaluate(spark, prepared, parts)
+    rows_path = str(out / "partitions.parquet")
+    rows.write.mode("overwrite").parquet(rows_path)
+    progress(f"partitions.parquet written ({time.monotonic() - started:.1f}s)")
+    written = spark.read.parquet(rows_path)
+    table, base, severities = finish(prepared, aggregates(spark, prepared, written, parts))
+    worst = worst_partitions(spark, written, severities, listed_scenarios(table)).toArrow()
+    pq.write_table(table, out / "scenarios.parquet")
+    summary = risk_lib.build_summary(prepared, table, worst, base, time.monotonic() - started)
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    tmp.replace(out / "summary.json")
+    progress(f"{summary['evaluated']} partition-scenarios evaluated, level {summary['level']}")
+    return summary
+
+
+def assess(spark: Any, req: RiskRequest, progress: Callable[[str], None] = _log) -> dict[str, Any]:
+    """Check the request, then run the job in `spark`, writing `req.out` completely or not at all."""
+    prepared = risk_lib.prepare(req)
+    inputs = tuple(Path(p) for p in (req.snapshot, req.plan) if isinstance(p, str | Path))
+    with step_output(req.out, req.force, inputs) as tmp:
+        return run(spark, prepared, tmp, progress)
+
+
+# ------------------------------------------------------------------------------------------- command
+def main(argv: list[str] | None = None) -> int:
+    """The spark-submit entry: arguments as `kplan risk` takes them; exit 0, or 2 on bad input."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    p = argparse.ArgumentParser(prog="drain_risk.py", description="Drain risk as a Spark job (planner.risk_job).")
+    add_arguments(p)
+    args = p.parse_args(argv)
+    try:
+        req = request_from_args(args)
+        risk_lib.prepare(req)
+    except PlannerError as e:
+        log.error("%s", e)
+        return e.exit_code
+    spark = session(req.master, req.driver_memory)
+    try:
+        assess(spark, req)
+    except PlannerError as e:
+        log.error("%s", e)
+        return e.exit_code
+    finally:
+        spark.stop()
+    return 0
