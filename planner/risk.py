@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -197,6 +198,13 @@ def run_risk(req: RiskRequest, prepared: Prepared | None = None, spark: Any = No
             spark.stop()
     progress(f"done in {time.monotonic() - started:.1f}s")
     return summary
+
+
+def load_job() -> ModuleType:
+    """The Spark job module (planner.risk_job; kept for callers written before the job moved into the package)."""
+    from planner import risk_job
+
+    return risk_job
 
 
 def job_entry() -> Path:
