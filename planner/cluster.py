@@ -27,6 +27,7 @@ from typing import Any
 
 from planner import codec
 from planner.errors import BadInput
+from planner.text import show
 
 
 @dataclass
@@ -91,14 +92,14 @@ def _config(obj: Any, where: str) -> dict[str, str]:
         if isinstance(v, bool):
             v = "true" if v else "false"
         if not isinstance(v, (str, int, float)):
-            raise BadInput(f"{where}: config {k!r} must be a string, got {v!r}")
+            raise BadInput(f"{where}: config {k!r} must be a string, got {show(v)}")
         out[str(k)] = str(v)
     return out
 
 
 def _int_list(value: Any, where: str, allow_empty: bool = False) -> list[int]:
     if not isinstance(value, list) or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in value):
-        raise BadInput(f"{where} must be a list of broker ids (non-negative integers), got {value!r}")
+        raise BadInput(f"{where} must be a list of broker ids (non-negative integers), got {show(value)}")
     if not value and not allow_empty:
         raise BadInput(f"{where} must not be empty")
     if len(set(value)) != len(value):
@@ -155,7 +156,7 @@ def parse_cluster(desc: dict[str, Any]) -> Cluster:
             has_state = not p.get("no_state", False)
             leader = p.get("leader", reps[0] if has_state else -1)
             if isinstance(leader, bool) or not isinstance(leader, int) or (leader != -1 and leader not in reps):
-                raise BadInput(f"{pw}: leader {leader!r} must be -1 or one of the replicas {reps}")
+                raise BadInput(f"{pw}: leader {show(leader)} must be -1 or one of the replicas {reps}")
             isr = _int_list(p.get("isr", list(reps) if has_state else []), f"{pw}.isr", allow_empty=not has_state)
             if not set(isr) <= set(reps):
                 raise BadInput(f"{pw}: isr {isr} holds brokers that are not replicas {reps}")

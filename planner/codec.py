@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import CodecError
+from planner.text import show
 
 # ---------------------------------------------------------------------------------------------- paths
 CONTROLLER = "/controller"
@@ -93,17 +94,18 @@ def _int(path: str, obj: dict, key: str, default: Any = ...) -> int:
             raise CodecError(path, f"missing required key {key!r}")
         return default
     v = obj[key]
+    # As strict as Kafka's own parsing (Jackson's `to[Int]`): "5" is not an integer. (Kafka writes its
+    # timestamps as strings, and those are read with _str.)
     if isinstance(v, bool) or not isinstance(v, int):
-        # Kafka writes some integers as strings (timestamps); accept digit strings where ints are expected.
-        if isinstance(v, str) and re.fullmatch(r"-?\d+", v):
-            return int(v)
-        raise CodecError(path, f"{key!r} must be an integer, got {v!r}")
+        raise CodecError(path, f"{key!r} must be an integer, got {show(v)}")
+    if not -(2**31) <= v < 2**31:
+        raise CodecError(path, f"{key!r} {v} is out of range")
     return v
 
 
 def _int_list(path: str, value: Any, what: str) -> list[int]:
     if not isinstance(value, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in value):
-        raise CodecError(path, f"{what} must be a list of integers, got {value!r}")
+        raise CodecError(path, f"{what} must be a list of integers, got {show(value)}")
     return value
 
 
@@ -114,7 +116,7 @@ def _str(path: str, obj: dict, key: str, default: Any = ...) -> str | None:
         return default
     v = obj[key]
     if not isinstance(v, str):
-        raise CodecError(path, f"{key!r} must be a string, got {v!r}")
+        raise CodecError(path, f"{key!r} must be a string, got {show(v)}")
     return v
 
 
@@ -153,7 +155,7 @@ def encode_controller(c: Controller) -> bytes:
 def decode_controller_epoch(data: bytes | None, path: str = CONTROLLER_EPOCH) -> int:
     value = loads(path, data)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise CodecError(path, f"expected a plain integer, got {value!r}")
+        raise CodecError(path, f"expected a plain integer, got {show(value)}")
     return value
 
 
@@ -187,7 +189,7 @@ def decode_broker(broker_id: int, data: bytes | None, path: str | None = None) -
         endpoints: tuple[str, ...] = (f"PLAINTEXT://{host}:{port}",) if host else ()
     else:
         if not isinstance(raw_endpoints, list) or not all(isinstance(e, str) for e in raw_endpoints):
-            raise CodecError(path, f"'endpoints' must be a list of strings, got {raw_endpoints!r}")
+            raise CodecError(path, f"'endpoints' must be a list of strings, got {show(raw_endpoints)}")
         endpoints = tuple(raw_endpoints)
     proto_map = obj.get("listener_security_protocol_map") or {}
     if not isinstance(proto_map, dict):
@@ -279,9 +281,14 @@ def decode_topic(topic: str, data: bytes | None, path: str | None = None) -> Top
     parts = _partition_map(path, obj["partitions"], "partitions")
     adding = _partition_map(path, obj.get("adding_replicas"), "adding_replicas")
     removing = _partition_map(path, obj.get("removing_replicas"), "removing_replicas")
-    for p in list(adding) + list(removing):
-        if p not in parts:
-            raise CodecError(path, f"adding/removing replicas name partition {p} which is not in 'partitions'")
+    for what, m in (("adding_replicas", adding), ("removing_replicas", removing)):
+        for p, reps in m.items():
+            if p not in parts:
+                raise CodecError(path, f"adding/removing replicas name partition {p} which is not in 'partitions'")
+            outside = sorted(set(reps) - set(parts[p]))
+            if outside:
+                raise CodecError(path, f"{what} of partition {p} names brokers {outside} that are not among "
+                                       f"its replicas {parts[p]}")
     for p, reps in parts.items():
         if len(set(reps)) != len(reps):
             raise CodecError(path, f"partition {p} lists a replica twice: {reps}")
@@ -348,7 +355,7 @@ def decode_config(data: bytes | None, path: str) -> dict[str, str]:
         raise CodecError(path, "'config' must be an object of string -> string")
     for k, v in config.items():
         if not isinstance(v, str):
-            raise CodecError(path, f"config value of {k!r} must be a string (Kafka stores strings), got {v!r}")
+            raise CodecError(path, f"config value of {k!r} must be a string (Kafka stores strings), got {show(v)}")
     return dict(config)
 
 
@@ -396,7 +403,7 @@ def decode_reassignment(data: bytes | None, path: str = REASSIGN) -> list[Reassi
     if extra:
         raise CodecError(path, f"unexpected top-level keys {sorted(extra)}")
     if obj.get("version") != 1:
-        raise CodecError(path, f"version must be 1, got {obj.get('version')!r}")
+        raise CodecError(path, f"version must be 1, got {show(obj.get('version'))}")
     return _reassign_entries(path, obj.get("partitions"), strict=True)
 
 
@@ -418,10 +425,10 @@ def _reassign_entries(path: str, entries: Any, strict: bool) -> list[ReassignEnt
             )
         topic = e.get("topic")
         if not isinstance(topic, str) or not is_valid_topic_name(topic):
-            raise CodecError(path, f"{where}.topic {topic!r} is not a valid topic name")
+            raise CodecError(path, f"{where}.topic {show(topic)} is not a valid topic name")
         partition = e.get("partition")
         if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
-            raise CodecError(path, f"{where}.partition must be a non-negative integer, got {partition!r}")
+            raise CodecError(path, f"{where}.partition must be a non-negative integer, got {show(partition)}")
         replicas = _int_list(path, e.get("replicas"), f"{where}.replicas")
         if not replicas:
             raise CodecError(path, f"{where} ({topic}-{partition}) has an empty replica list")
@@ -449,7 +456,7 @@ def decode_reassignment_file(data: bytes | str, path: str = "reassignment file")
     raw = data.encode() if isinstance(data, str) else data
     obj = _obj(path, loads(path, raw))
     if obj.get("version", 1) != 1:
-        raise CodecError(path, f"version must be 1, got {obj.get('version')!r}")
+        raise CodecError(path, f"version must be 1, got {show(obj.get('version'))}")
     entries = obj.get("partitions")
     if isinstance(entries, list):
         for e in entries:

@@ -19,15 +19,16 @@ import numpy as np
 from planner.codec import ReassignEntry, encode_reassignment
 from planner.optimizer.batches import changed_sets
 from planner.optimizer.planning import PlanResult, broker_figures, move_figures, topic_leader_max
-from planner.plan_model import FORMAT, plan_id
+from planner.plan_model import FORMAT, file_sha256, plan_id
 
 
 def _ids(pb, row: np.ndarray) -> list[int]:
     return [int(pb.broker_ids[b]) for b in row.tolist() if b >= 0]
 
 
-def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
-    """plan.json as a dict, with its id."""
+def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[str, Any],
+                  files: dict[str, str] | None = None) -> dict[str, Any]:
+    """plan.json as a dict, with its id. `files`: sha256 of the plan's other files (read_plan checks them)."""
     pb = res.problem
     orig, final = pb.replicas, res.final
     changed = res.changed
@@ -116,6 +117,8 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
         "solver": {"placement": placement, "leaders": leaders},
         "warnings": list(res.warnings),
     }
+    if files is not None:
+        doc["files"] = dict(sorted(files.items()))
     doc["id"] = plan_id(doc)
     return doc
 
@@ -144,12 +147,12 @@ def write_plan(out: Path | str, res: PlanResult, snapshot: dict[str, Any], param
     """Write the three files (each through a temporary name, plan.json last) and solve.json (timings; a
     callable is called after the three files are written, so it can time the writing)."""
     out = Path(out)
-    doc = plan_document(res, snapshot, parameters)
     texts = {
         "reassignment.json": encode_reassignment(reassignment_entries(res)) + b"\n",
         "rollback.json": encode_reassignment(reassignment_entries(res, original=True)) + b"\n",
-        "plan.json": (_dumps(doc) + "\n").encode("utf-8"),
     }
+    doc = plan_document(res, snapshot, parameters, {name: file_sha256(data) for name, data in texts.items()})
+    texts["plan.json"] = (_dumps(doc) + "\n").encode("utf-8")
     out.mkdir(parents=True, exist_ok=True)
     for name in ("reassignment.json", "rollback.json", "plan.json"):
         tmp = out / f".{name}.tmp"

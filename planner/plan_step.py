@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from planner.errors import BadInput
 from planner.plan_model import from_document
 from planner.runfolder import check_output, step_output
+from planner.text import count
 
 if TYPE_CHECKING:
     from planner.api import DrainRequest, PlanOutcome, RebalanceRequest
@@ -67,7 +68,7 @@ def run_plan(kind: str, req: DrainRequest | RebalanceRequest, say: Callable[[str
     sizes, sizes_param = _sizes(req.sizes)
     pb = from_snapshot(snap, sizes=sizes, exclude_topics=req.exclude_topics, rack_aware=req.rack_aware)
     load_s = time.perf_counter() - started
-    say(f"{pb.num_partitions} partitions, {pb.num_brokers} brokers, "
+    say(f"{count(pb.num_partitions, 'partition')}, {count(pb.num_brokers, 'broker')}, "
         f"{'rack-aware' if pb.rack_aware else 'not rack-aware'}, "
         f"{'sizes known' if pb.sizes_known else 'counting replicas (sizes unknown)'}")
     res = make_plan(pb, params, say)

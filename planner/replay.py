@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from planner import risk_model as rm
 from planner.codec import ReassignEntry
 from planner.errors import BadInput
-from planner.snapshot_io import Snapshot, matrix_to_list
+from planner.snapshot_io import Snapshot, list_to_matrix, matrix_to_list
 
 # -------------------------------------------------------------------------------------- helpers
 
@@ -115,6 +115,8 @@ class ClusterState:
     @classmethod
     def from_snapshot(cls, snap: Snapshot) -> ClusterState:
         parts = snap.partitions
+        if "state_error" in parts.column_names and parts.column("state_error").null_count < parts.num_rows:
+            parts = parts.filter(parts.column("state_error").is_null())   # unknown state: not replayed
         topic = parts.column("topic")
         topic = pc.cast(topic, pa.string()) if pa.types.is_dictionary(topic.type) else topic
         enc = pc.dictionary_encode(topic).combine_chunks()
@@ -129,8 +131,8 @@ class ClusterState:
         min_by_topic = np.where(rows >= 0, t_min[np.maximum(rows, 0)] if len(t_min) else 1, 1)
         unclean_by_topic = np.where(rows >= 0, t_unclean[np.maximum(rows, 0)] if len(t_unclean) else False,
                                     False)
-        reps = snap.replica_matrix("replicas")
-        isr = snap.replica_matrix("isr")
+        reps = list_to_matrix(parts.column("replicas"))
+        isr = list_to_matrix(parts.column("isr"))
         width = max(reps.shape[1], isr.shape[1])
         b = snap.brokers
         return cls(
@@ -514,8 +516,12 @@ def _concat_rows(tables: list[pa.Table]) -> pa.Table:
 def baseline(state: ClusterState, kafka_version: str = rm.DEFAULT_KAFKA_VERSION) -> dict[str, int]:
     """The health of the cluster as it is (no scenario), counted with the same outcome definitions."""
     n = state.num_partitions
+    # As it is: a leader that is not registered leads nothing; ISR members not registered are not in sync.
+    alive = state.alive_lut(state.lut_size())
+    live_leader = np.where((state.leader >= 0) & alive[np.maximum(state.leader, 0)], state.leader, -1)
+    live_isr = ((state.isr >= 0) & alive[np.maximum(state.isr, 0)]).sum(axis=1)
     env = {
-        "leader": state.leader, "new_leader": state.leader, "new_isr_size": _size(state.isr), "rf": state.rf,
+        "leader": state.leader, "new_leader": live_leader, "new_isr_size": live_isr, "rf": state.rf,
         "min_isr": state.min_isr, "unclean_allowed": state.unclean, "unclean_taken": np.zeros(n, dtype=bool),
         "live_replica_exists": np.ones(n, dtype=bool),
     }

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -39,6 +39,7 @@ from planner.cluster import Cluster
 from planner.errors import BadInput
 from planner.plan_model import read_plan
 from planner.risk_args import parse_brokers, parse_racks, to_args  # noqa: F401 (parse_* re-exported)
+from planner.text import count
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +147,18 @@ class Prepared:
     scenarios: list[rm.Scenario]
     plan_entries: list[codec.ReassignEntry] | None
     kafka_version: str
+    unknown: list[dict[str, Any]] = field(default_factory=list)   # partitions whose state is unknown
+
+
+def unknown_state(info: sio.Snapshot) -> list[dict[str, Any]]:
+    """Partitions a lenient snapshot kept with an unknown state: counted apart, never scored as healthy."""
+    errors = info.partition_columns(["state_error"]).column("state_error")
+    if errors.null_count == len(errors):
+        return []
+    t = info.partition_columns(["topic", "partition", "replicas", "state_error"])
+    t = t.filter(t.column("state_error").is_valid())
+    t = t.set_column(0, "topic", t.column("topic").cast(pa.string()))
+    return t.to_pylist()
 
 
 def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None = None) -> Prepared:
@@ -156,7 +169,12 @@ def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None
     entries = list(plan_entries) if plan_entries is not None else None
     drains = list(req.drains)
     if req.plan is not None:
-        entries = list(read_plan(req.plan).reassignment)
+        plan = read_plan(req.plan)
+        if plan.snapshot_fingerprint != info.fingerprint:
+            raise BadInput(f"plan {plan.id[:19]}... in {req.plan} was made from snapshot {plan.snapshot_fingerprint}, "
+                           f"not from {info.path or 'the given snapshot'} ({info.fingerprint}): score a plan on "
+                           "the snapshot it was made from")
+        entries = list(plan.reassignment)
     if entries is not None:
         check_plan(info, entries)
         if not drains and not req.drain_racks:
@@ -165,7 +183,7 @@ def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None
                 drains = [emptied]
     states = ("current", "plan") if entries is not None else ("current",)
     scenarios = build_scenarios(info, drains, req.drain_racks, req.all_brokers, req.all_racks, req.modes, states)
-    return Prepared(info, scenarios, entries, req.kafka_version)
+    return Prepared(info, scenarios, entries, req.kafka_version, unknown_state(info))
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -183,18 +201,23 @@ def run_risk(req: RiskRequest, prepared: Prepared | None = None, spark: Any = No
     prepared = prepared or prepare(req)
     out = Path(req.out)
     n = len(prepared.scenarios)
-    progress(f"{n} scenarios ({', '.join(req.modes)}) on {prepared.info.path or 'in-memory snapshot'}")
+    progress(f"{count(n, 'scenario')} ({', '.join(req.modes)}) on {prepared.info.path or 'in-memory snapshot'}")
     if req.spark_submit:
         return _submit(req, progress)
-    own = spark is None
+    # A session this call creates is this call's to stop (with its JVM, when it launched one); an existing
+    # one (the caller's, or an active one getOrCreate returns) is left running.
+    own = spark is None and job.active_session() is None
+    launched = own and not job.gateway_running()
     started = time.monotonic()
-    if own:
-        progress(f"starting Spark ({req.master or os.environ.get('SPARK_MASTER') or DEFAULT_MASTER})")
-        spark = job.session(req.master, req.driver_memory)
     try:
+        if spark is None:
+            progress(f"starting Spark ({req.master or os.environ.get('SPARK_MASTER') or DEFAULT_MASTER})")
+            spark = job.session(req.master, req.driver_memory)
         summary = job.run(spark, prepared, out, progress=progress)
     finally:
-        if own:
+        if launched:
+            job.shutdown(spark)      # the session and the JVM started for it, even when interrupted
+        elif own and spark is not None:
             spark.stop()
     progress(f"done in {time.monotonic() - started:.1f}s")
     return summary
@@ -275,8 +298,11 @@ def build_summary(prepared: Prepared, scenarios: pa.Table, worst: pa.Table, base
         sid = r.pop("scenario_id")
         worst_by.setdefault(sid, []).append(r)
     rows = scenarios.sort_by("scenario_id").to_pylist()
+    brokers_of = {s.id: set(s.brokers) for s in prepared.scenarios}
     for r in rows:
         r["worst_partitions"] = worst_by.get(r["scenario_id"], [])
+        gone = brokers_of.get(r["scenario_id"], set())
+        r["unknown"] = sum(1 for u in prepared.unknown if gone & set(u["replicas"]))
     ranked = sorted(rows, key=lambda r: (-r["level_rank"], -r["score"], r["scenario_id"]))
     levels = {name: 0 for name in reversed(rm.LEVELS)}
     for r in rows:
@@ -302,8 +328,23 @@ def build_summary(prepared: Prepared, scenarios: pa.Table, worst: pa.Table, base
         "evaluated": int(sum(r["evaluated"] for r in rows)),
         "elapsed_s": round(elapsed_s, 3),
         "worst_scenarios": [r["scenario_id"] for r in ranked[:10]],
+        "unknown_state": {"partitions": len(prepared.unknown),
+                          "examples": [{"topic": u["topic"], "partition": u["partition"], "problem": u["state_error"]}
+                                       for u in prepared.unknown[:20]]},
+        "warnings": _warnings(prepared),
         "scenarios": rows,
     }
+
+
+def _warnings(prepared: Prepared) -> list[str]:
+    out = [f"{w['path']}: {w['problem']}" for w in prepared.info.manifest.get("warnings", [])
+           if w.get("path") in (codec.CONTROLLER, codec.BROKER_IDS, codec.TOPICS)]
+    if prepared.unknown:
+        names = ", ".join(f"{u['topic']}-{u['partition']}" for u in prepared.unknown[:10])
+        more = f" (+{len(prepared.unknown) - 10} more)" if len(prepared.unknown) > 10 else ""
+        out.append(f"{len(prepared.unknown)} partition(s) with an unknown state are not scored: {names}{more}; "
+                   "each scenario's `unknown` counts those it touches")
+    return out
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -312,6 +353,10 @@ _RESET = "\033[0m"
 _COLUMNS = [("offline", "offline"), ("under_min_isr", "<minISR"), ("at_min_isr", "=minISR"),
             ("under_replicated", "URP"), ("unclean_taken", "unclean"), ("would_need_unclean", "need-uncl"),
             ("leadership_moved", "moved"), ("rf1_hit", "RF1")]
+
+
+def _n(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _level(level: str, colour: bool) -> str:
@@ -329,16 +374,20 @@ def format_report(summary: dict[str, Any], colour: bool = False, limit: int = 20
     lv = summary["levels"]
     snap = summary["snapshot"]
     lines = [
-        f"Drain risk ({len(rows)} scenarios, Kafka {summary['kafka_version']} rules, effective min ISR = "
-        f"{summary['effective_min_isr']}) on {snap['path'] or 'snapshot'} ({snap['brokers']} brokers, "
-        f"{snap['partitions']} partitions)",
+        f"Drain risk ({count(len(rows), 'scenario')}, Kafka {summary['kafka_version']} rules, effective min ISR = "
+        f"{summary['effective_min_isr']}) on {snap['path'] or 'snapshot'} ({count(snap['brokers'], 'broker')}, "
+        f"{count(snap['partitions'], 'partition')})",
         "levels: " + ", ".join(f"{n} {k}" for k, n in lv.items()) + f"; worst: {summary['level'].upper()}",
     ]
     base = summary.get("baseline", {}).get("current")
     if base:
+        unknown = summary.get("unknown_state", {}).get("partitions", 0)
         lines.append(f"now: {base['offline']} offline, {base['under_min_isr']} under min ISR, "
                      f"{base['at_min_isr']} at min ISR, {base['under_replicated']} under-replicated, "
-                     f"{base['rf1']} RF=1 partitions")
+                     f"{_n(base['rf1'], 'RF=1 partition')}" + (f", {unknown} with an unknown state (not scored)"
+                                                              if unknown else ""))
+    for w in summary.get("warnings", []):
+        lines.append(f"warning: {w}")
     width = max([len(r["name"]) for r in shown] + [8])
     head = f"{'scenario':<{width}}  {'level':<8}  " + "  ".join(f"{h:>9}" for _, h in _COLUMNS) + "  leaders max/ideal"
     lines += ["", head, "-" * len(head)]
@@ -381,7 +430,7 @@ def snapshot_from_cluster(cluster: Cluster) -> sio.Snapshot:
                     "leader": p.leader if p.has_state else -1, "leader_epoch": p.leader_epoch if p.has_state else -1,
                     "isr": p.isr if p.has_state else [], "controller_epoch": 1 if p.has_state else -1,
                     "leader_recovery_state": p.leader_recovery_state, "state_version": 0 if p.has_state else -1,
-                    "size_bytes": p.size_bytes}
+                    "size_bytes": p.size_bytes, "state_error": None}
             for k, v in vals.items():
                 part_rows[k].append(v)
         tvals = {"topic": t.name, "topic_id": t.topic_id, "znode_version": t.version, "partitions": len(t.partitions),

@@ -39,10 +39,13 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +113,128 @@ def session(master: str | None = None, driver_memory: str | None = None) -> Any:
     conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{log4j_file()} {JAVA_OPTIONS}"
     for k, v in conf.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    with _keep_sigint_handler():
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextmanager
+def _keep_sigint_handler() -> Iterator[None]:
+    """PySpark's SparkContext replaces the process's SIGINT handler with one that calls into the JVM from
+    inside the signal handler; interrupting a Py4J call that way breaks the call (five Py4J tracebacks and
+    exit 1 on Ctrl-C, issue 9). Keep whatever handler the host installed (the CLI's, Airflow's)."""
+    real = signal.signal
+
+    def keep(sig: int, handler: Any) -> Any:
+        if sig == signal.SIGINT:
+            return signal.getsignal(sig)
+        return real(sig, handler)
+
+    signal.signal = keep
+    try:
+        yield
+    finally:
+        signal.signal = real
+
+
+def active_session() -> Any | None:
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
+
+
+def gateway_running() -> bool:
+    """Whether this process already talks to a Spark JVM (then a new session reuses it)."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is not None
+
+
+def shutdown(spark: Any | None) -> None:
+    """Stop the session and the JVM this process launched for it, and wait until that JVM is gone, also when
+    the start was interrupted half-way (Ctrl-C must not leave a JVM behind)."""
+    from pyspark import SparkContext
+
+    try:
+        if spark is not None:
+            with warnings.catch_warnings():   # "Unable to cleanly shutdown Spark JVM": handled below
+                warnings.simplefilter("ignore", RuntimeWarning)
+                spark.stop()
+    except Exception as e:   # noqa: BLE001 - the JVM may already be gone; it is stopped below either way
+        log.debug("stopping the Spark session: %s", e)
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if gateway is not None:
+        try:
+            gateway.shutdown()
+        except Exception as e:   # noqa: BLE001
+            log.debug("closing the Py4J gateway: %s", e)
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except Exception:   # noqa: BLE001 - a JVM that ignores SIGTERM gets SIGKILL
+            proc.kill()
+            proc.wait()
+    _stop_child_jvms()   # a JVM whose launch was interrupted before PySpark kept its handle
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    SparkContext._active_spark_context = None
+
+
+def _descendants() -> dict[int, str]:
+    """This process's descendants (pid -> command line), from /proc (Linux)."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                parent[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    out, todo = {}, [os.getpid()]
+    while todo:
+        me = todo.pop()
+        for pid, ppid in parent.items():
+            if ppid == me and pid not in out:
+                try:
+                    out[pid] = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                except OSError:
+                    out[pid] = ""
+                todo.append(pid)
+    return out
+
+
+def _stop_child_jvms(timeout: float = 20.0) -> None:
+    """SIGTERM (then SIGKILL) the Spark JVMs this process started, and wait until they are gone."""
+    if not Path("/proc/self/stat").exists():
+        return
+    jvms = [pid for pid, cmd in _descendants().items() if "org.apache.spark.deploy.SparkSubmit" in cmd]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in jvms:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            jvms = [pid for pid in jvms if _running(pid)]
+            if not jvms:
+                return
+            time.sleep(0.1)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)   # reap it if it is our child
+    except ChildProcessError:
+        pass
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 # ------------------------------------------------------------------------------------------ inputs
@@ -130,12 +252,18 @@ def load_partitions(spark: Any, prepared: risk_lib.Prepared) -> Any:
     info = prepared.info
     cols = ["topic", "partition", "replicas", "isr", "leader", "has_state"]
     if info.in_memory:
-        t = info.partitions.select(cols)
+        t = info.partitions
+        if prepared.unknown:   # a partition whose state is unknown is counted apart, never scored
+            t = t.filter(t.column("state_error").is_null())
+        t = t.select(cols)
         t = t.set_column(0, "topic", t.column("topic").cast(pa.string()))
         parts = spark.createDataFrame(t)
     else:
         f = info.path / "partitions.parquet"
-        parts = spark.read.parquet(str(f)).select(*cols)
+        parts = spark.read.parquet(str(f))
+        if prepared.unknown:
+            parts = parts.where(F.col("state_error").isNull())
+        parts = parts.select(*cols)
         # Spark splits a Parquet file by row groups: with fewer row groups than cores, spread the rows
         # over the cores first (a shuffle of the partitions table, small next to the evaluation).
         cores = spark.sparkContext.defaultParallelism
@@ -463,7 +591,11 @@ def aggregates(spark: Any, prepared: risk_lib.Prepared, rows: Any, parts: Any) -
                               "sid_k": (pa.int32(), [y for _, y in later])})
     carried = (rows.where(F.col("returned_leader").isNotNull())
                .join(F.broadcast(later_df), F.col("scenario_id") == F.col("sid_j")))
-    facts = {"new_leader": F.col("leader"), "new_isr_size": F.size("isr"), "unclean_allowed": F.col("unclean"),
+    # The state as it is: a leader that is not registered leads nothing, and ISR members that are not
+    # registered are not in sync (replay.baseline counts the same way).
+    dead = _ints(sorted(b for b, ok in prepared.info.alive.items() if not ok))
+    facts = {"new_leader": F.when(F.array_contains(dead, F.col("leader")), F.lit(-1)).otherwise(F.col("leader")),
+             "new_isr_size": F.size(F.array_except("isr", dead)), "unclean_allowed": F.col("unclean"),
              "unclean_taken": F.lit(False), "live_replica_exists": F.lit(True)}
     base = parts.withColumns(facts).withColumn("eff_min_isr", rm.to_spark(rm.effective_min_isr(prepared.kafka_version)))
     base = base.select((-1 - F.when(F.col("state") == "plan", 1).otherwise(0)).alias("sid"), F.col("leader").alias("b"),

@@ -188,6 +188,7 @@ def to_spark(e: Expr, resolve: Callable[[str], Any] | None = None) -> Any:
 # ------------------------------------------------------------------------------- Kafka version rule
 EFFECTIVE_MIN_ISR_SINCE = (3, 7)
 DEFAULT_KAFKA_VERSION = "3.7"
+SUPPORTED_KAFKA = ((2, 4), (3, 9))
 
 
 def parse_kafka_version(text: str) -> tuple[int, int]:
@@ -198,6 +199,9 @@ def parse_kafka_version(text: str) -> tuple[int, int]:
     v = (int(m.group(1)), int(m.group(2)))
     if not (2, 0) <= v < (4, 0):
         raise BadInput(f"Kafka {text} has no ZooKeeper mode (it exists in 2.x and 3.x only)")
+    if not SUPPORTED_KAFKA[0] <= v <= SUPPORTED_KAFKA[1]:
+        raise BadInput(f"Kafka {text.strip()} is outside the ZooKeeper-mode releases 2.4 to 3.9 this planner "
+                       "models (KIP-455 reassignment; docs/KAFKA_ZK.md)")
     return v
 
 

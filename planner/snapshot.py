@@ -33,7 +33,7 @@ from planner import codec, logdirs
 from planner import snapshot_io as sio
 from planner import zk as zkmod
 from planner.errors import BadInput, PlannerError, ZkUnavailable
-from planner.snapshot_assembly import ClusterRead, Consistency, assemble, manifest
+from planner.snapshot_assembly import ClusterRead, Consistency, assemble, health, manifest
 from planner.snapshot_reader import Problems, TopicRecord, ZkReader
 
 log = logging.getLogger(__name__)
@@ -184,12 +184,15 @@ def take_snapshot(zk: str, out: Path | str, *, sizes: Path | str | None = None, 
     size_unmatched = 0
     if size_data is not None:
         partitions, size_unmatched = logdirs.merge_sizes(partitions, size_data)
+        if len(size_data[0]) and size_unmatched == len(size_data[0]):
+            raise BadInput(f"sizes file {sizes} names none of the cluster's partitions (from another cluster?)")
         tables = replace(tables, partitions=partitions)
-    warnings = problems.all() + list(tables.warnings)
+    state = health(read, tables)
+    warnings = problems.all() + list(tables.warnings) + list(state.warnings)
     if size_unmatched:
         warnings.append({"path": str(sizes), "problem": f"{size_unmatched} replica sizes name partitions that are "
                                                         "not in the snapshot"})
-    m = manifest(read, target.hosts, target.chroot, tables, warnings, started_wall, time.monotonic() - started,
-                 sizes is not None)
+    m = manifest(read, target.hosts, target.chroot, tables, state, warnings, started_wall,
+                 time.monotonic() - started, sizes is not None)
     path = sio.write_snapshot(out, m, tables.brokers, tables.topics, partitions)
     return sio.Snapshot(path, m, tables.brokers, tables.topics, partitions)

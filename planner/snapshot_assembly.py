@@ -204,16 +204,81 @@ def assemble(read: ClusterRead, lenient: bool) -> Assembled:
     return Assembled(brokers, topics, partitions, tuple(extra))
 
 
-def manifest(read: ClusterRead, target_hosts: str, chroot: str | None, tables: Assembled,
+@dataclass(frozen=True)
+class Health:
+    """The cluster as it is, counted the way Kafka's controller would see it: a partition whose leader is
+    not registered is offline, and ISR members that are not registered do not count as in sync."""
+
+    offline: np.ndarray            # bool (P,)
+    under_replicated: np.ndarray   # bool (P,), online partitions only (as Kafka's URP metric)
+    unknown: np.ndarray            # bool (P,), state unknown (lenient snapshots)
+    warnings: tuple[dict[str, str], ...]
+
+
+def health(read: ClusterRead, tables: Assembled) -> Health:
+    partitions, brokers = tables.partitions, tables.brokers
+    n = partitions.num_rows
+    has_state = partitions.column("has_state").to_numpy(zero_copy_only=False)
+    unknown = partitions.column("state_error").is_valid().to_numpy(zero_copy_only=False) if n else \
+        np.zeros(0, dtype=bool)
+    leader = partitions.column("leader").to_numpy()
+    alive_ids = brokers.filter(brokers.column("alive")).column("broker").to_numpy()
+    rep_len = pc.list_value_length(partitions.column("replicas")).to_numpy(zero_copy_only=False)
+    add_len = pc.list_value_length(partitions.column("adding_replicas")).to_numpy(zero_copy_only=False)
+    isr = partitions.column("isr").combine_chunks()
+    live_isr = np.zeros(n, dtype=np.int64)
+    if len(isr.values):
+        parent = pc.list_parent_indices(isr).to_numpy()
+        member_alive = np.isin(isr.values.to_numpy(zero_copy_only=False), alive_ids)
+        live_isr = np.bincount(parent[member_alive], minlength=n)
+    reps = partitions.column("replicas").combine_chunks()
+    on_dead = np.zeros(n, dtype=bool)
+    if len(reps.values):
+        dead_member = ~np.isin(reps.values.to_numpy(zero_copy_only=False), alive_ids)
+        on_dead[pc.list_parent_indices(reps).to_numpy()[dead_member]] = True
+    known = has_state & ~unknown
+    leader_alive = np.isin(leader, alive_ids)
+    offline = known & ~leader_alive
+    under = known & leader_alive & (live_isr < rep_len - add_len)
+    warnings: list[dict[str, str]] = []
+    if len(alive_ids) == 0:
+        warnings.append({"path": codec.BROKER_IDS, "problem": "no broker is registered: every partition with a "
+                                                               "leader is offline"})
+    ctrl = read.controller.broker
+    if ctrl < 0:
+        warnings.append({"path": codec.CONTROLLER, "problem": "no controller is registered: no leader is elected "
+                                                              "and no reassignment progresses until one is"})
+    elif ctrl not in set(alive_ids.tolist()):
+        warnings.append({"path": codec.CONTROLLER, "problem": f"the controller, broker {ctrl}, is not registered "
+                                                              "in /brokers/ids"})
+    gone_leader = known & (leader >= 0) & ~leader_alive
+    if gone_leader.any():
+        warnings.append({"path": codec.TOPICS, "problem": f"{_count(int(gone_leader.sum()), 'partition')} led by "
+                         "brokers that are not registered: offline now"})
+    if on_dead.any():
+        dead = sorted(set(reps.values.to_numpy(zero_copy_only=False)[dead_member].tolist()))
+        shown = ", ".join(map(str, dead[:10])) + (" ..." if len(dead) > 10 else "")
+        warnings.append({"path": codec.TOPICS, "problem": f"{_count(int(on_dead.sum()), 'partition')} "
+                         f"{'has' if on_dead.sum() == 1 else 'have'} replicas on brokers that are not registered "
+                         f"({shown})"})
+    if unknown.any():
+        warnings.append({"path": codec.TOPICS, "problem": f"{_count(int(unknown.sum()), 'partition')} with an "
+                         "unknown state (see the warnings above): plans leave them alone, risk does not score "
+                         "them"})
+    return Health(offline, under, unknown, tuple(warnings))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def manifest(read: ClusterRead, target_hosts: str, chroot: str | None, tables: Assembled, state: Health,
              warnings: list[dict[str, str]], started_wall: float, duration: float,
              with_sizes: bool) -> dict[str, Any]:
     """manifest.json (docs/SNAPSHOT.md) from the assembled tables and the consistency figures."""
     partitions, brokers = tables.partitions, tables.brokers
     has_state = partitions.column("has_state").to_numpy(zero_copy_only=False)
-    leader = partitions.column("leader").to_numpy()
     rep_len = pc.list_value_length(partitions.column("replicas")).to_numpy(zero_copy_only=False)
-    add_len = pc.list_value_length(partitions.column("adding_replicas")).to_numpy(zero_copy_only=False)
-    isr_len = pc.list_value_length(partitions.column("isr")).to_numpy(zero_copy_only=False)
     alive = brokers.column("alive").to_numpy(zero_copy_only=False)
     fp = sio.assignment_fingerprint(partitions.column("topic"), partitions.column("partition").to_numpy(),
                                     partitions.column("replicas"))
@@ -230,9 +295,10 @@ def manifest(read: ClusterRead, target_hosts: str, chroot: str | None, tables: A
             "topics": tables.topics.num_rows,
             "partitions": partitions.num_rows,
             "replicas": int(rep_len.sum()),
-            "offline": int((has_state & (leader < 0)).sum()),
-            "under_replicated": int((has_state & (isr_len < rep_len - add_len)).sum()),
+            "offline": int(state.offline.sum()),
+            "under_replicated": int(state.under_replicated.sum()),
             "leaderless_new": int((~has_state).sum()),
+            "state_unknown": int(state.unknown.sum()),
         },
         "fingerprint": fp,
         "broker_defaults": dict(read.broker_configs.get(codec.DEFAULT_BROKER_ENTITY, {})),

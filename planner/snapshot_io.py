@@ -38,6 +38,9 @@ PARTITIONS_SCHEMA = pa.schema(
         ("leader_recovery_state", pa.int8()),
         ("state_version", pa.int32()),
         ("size_bytes", pa.int64()),
+        # null when the state znode was read and is valid; otherwise what is wrong with it (lenient snapshots
+        # keep such a partition, whose assignment is known, with its state marked unknown)
+        ("state_error", pa.string()),
     ]
 )
 
@@ -75,6 +78,8 @@ BROKERS_SCHEMA = pa.schema(
 )
 
 SCHEMAS = {"partitions": PARTITIONS_SCHEMA, "topics": TOPICS_SCHEMA, "brokers": BROKERS_SCHEMA}
+# Columns added after kplan-snapshot/1 was first written: a folder without them reads as all-null.
+OPTIONAL = {"partitions": {"state_error"}}
 
 # Rows per row group of partitions.parquet: Spark splits a Parquet file only at row-group boundaries, so a
 # million-partition table written as one group would be read by a single task.
@@ -196,6 +201,9 @@ def assignment_fingerprint(topics: pa.Array | pa.ChunkedArray, partitions: np.nd
 
 def _check_schema(name: str, table: pa.Table) -> pa.Table:
     want = SCHEMAS[name]
+    for col in OPTIONAL.get(name, ()):
+        if col not in table.column_names:
+            table = table.append_column(col, pa.nulls(table.num_rows, want.field(col).type))
     missing = [f.name for f in want if f.name not in table.column_names]
     if missing:
         raise BadInput(f"{name}.parquet lacks columns {missing}: not a {FORMAT} snapshot")
@@ -214,14 +222,46 @@ def write_snapshot(out: Path | str, manifest: dict[str, Any], brokers: pa.Table,
     # Overwriting a folder: drop the old manifest first, so a failure below leaves it visibly incomplete
     # instead of an old manifest next to new tables.
     (out / "manifest.json").unlink(missing_ok=True)
+    files = {}
     for name, table in (("brokers", brokers), ("topics", topics), ("partitions", partitions)):
         table = _check_schema(name, table)
-        pq.write_table(table, out / f"{name}.parquet", compression="zstd",
+        f = out / f"{name}.parquet"
+        pq.write_table(table, f, compression="zstd",
                        row_group_size=PARTITIONS_ROW_GROUP if name == "partitions" else None)
+        files[f.name] = file_sha256(f)
+    manifest["files"] = files    # checked on every read: an edited or damaged table is refused
     tmp = out / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
     tmp.replace(out / "manifest.json")  # the manifest last: a folder with a manifest is complete
     return out
+
+
+def file_sha256(f: Path) -> str:
+    """"sha256:<hex>" of a file's bytes, read in blocks (a million-partition table is tens of MB)."""
+    h = hashlib.sha256()
+    with open(f, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def verify_files(path: Path, manifest: dict[str, Any]) -> None:
+    """Every table the manifest records a checksum for has exactly those bytes (docs/SNAPSHOT.md)."""
+    files = manifest.get("files")
+    if files is None:
+        return   # written before checksums were recorded
+    if not isinstance(files, dict):
+        raise BadInput(f"{path / 'manifest.json'}: 'files' must map file names to checksums")
+    for name in (f"{n}.parquet" for n in SCHEMAS):
+        f = path / name
+        if not f.is_file():
+            raise BadInput(f"{path} lacks {name}")
+        want = files.get(name)
+        if want is None:
+            raise BadInput(f"{path / 'manifest.json'} records no checksum for {name}")
+        if file_sha256(f) != want:
+            raise BadInput(f"{f}: checksum does not match the manifest (the file was edited or is damaged); "
+                           "take the snapshot again")
 
 
 def read_manifest(path: Path | str) -> dict[str, Any]:
@@ -245,11 +285,18 @@ def read_manifest(path: Path | str) -> dict[str, Any]:
 def _read_table(path: Path, name: str, columns: list[str] | None = None) -> pa.Table:
     f = path / f"{name}.parquet"
     try:
-        table = pq.read_table(f, columns=columns)
+        if columns is not None:
+            have = set(pq.read_schema(f).names)
+            table = pq.read_table(f, columns=[c for c in columns if c in have])
+        else:
+            table = pq.read_table(f)
     except (pa.ArrowInvalid, OSError) as e:
         raise BadInput(f"{f} cannot be read as Parquet ({_first_line(e)}): the snapshot is damaged; take it "
                        "again") from None
     if columns is not None:
+        for col in OPTIONAL.get(name, ()):
+            if col in columns and col not in table.column_names:
+                table = table.append_column(col, pa.nulls(table.num_rows, SCHEMAS[name].field(col).type))
         want = pa.schema([SCHEMAS[name].field(c) for c in columns])
         try:
             return table.select(columns).cast(want)
@@ -267,6 +314,7 @@ def read_snapshot(path: Path | str, lazy: bool = True) -> Snapshot:
     and loaded on first use (`lazy=False`: now)."""
     path = Path(path)
     manifest = read_manifest(path)
+    verify_files(path, manifest)
     tables = {}
     for name in SCHEMAS:
         f = path / f"{name}.parquet"
@@ -277,7 +325,7 @@ def read_snapshot(path: Path | str, lazy: bool = True) -> Snapshot:
                 have = pq.read_schema(f)
             except (pa.ArrowInvalid, OSError) as e:
                 raise BadInput(f"{f} is not a Parquet file ({_first_line(e)})") from None
-            missing = [c for c in SCHEMAS[name].names if c not in have.names]
+            missing = [c for c in SCHEMAS[name].names if c not in have.names and c not in OPTIONAL.get(name, ())]
             if missing:
                 raise BadInput(f"{name}.parquet lacks columns {missing}: not a {FORMAT} snapshot")
             continue

@@ -29,6 +29,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from planner import codec, zkbulk, zkcolumns
 from planner import zk as zkmod
 from planner.errors import BadInput, CodecError, PlannerError, ZkUnavailable
+from planner.snapshot_io import list_to_matrix
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,54 @@ def _state_task(args: tuple) -> zkcolumns.StateColumns:
     finally:
         client.stop()
         client.close()
+
+
+def _sparse_strings(n: int, values: dict[int, str]) -> pa.Array:
+    out: list[str | None] = [None] * n
+    for i, v in values.items():
+        out[i] = v
+    return pa.array(out, pa.string()) if values else pa.nulls(n, pa.string())
+
+
+def state_violations(replicas: pa.ListArray, cols: zkcolumns.StateColumns) -> list[tuple[int, str]]:
+    """Rows whose (well-formed) state Kafka's own rules rule out: negative epochs, a leader that is not a
+    replica, an ISR member that is not a replica or is listed twice, an unknown leader_recovery_state.
+    Checked with arrays: nearly every row passes, and only failing rows are looked at one by one."""
+    n = len(cols.has_state)
+    if n == 0:
+        return []
+    known = cols.has_state.copy()
+    for row, _ in cols.bad:
+        known[row] = False
+    rep = list_to_matrix(replicas)
+    isr = list_to_matrix(zkcolumns.list_array(cols.isr_len, cols.isr_values))
+    leader = cols.leader
+    in_rep = (rep == leader[:, None]).any(axis=1) if rep.shape[1] else np.zeros(n, dtype=bool)
+    isr_in = (isr < 0) | ((isr[:, :, None] == rep[:, None, :]).any(axis=2) if rep.shape[1]
+                          else np.zeros(isr.shape, dtype=bool))
+    dup = np.zeros(n, dtype=bool)
+    dup[zkcolumns.duplicate_rows(cols.isr_len, cols.isr_values.astype(np.int64))] = True
+    bad = known & ((leader < -1) | (cols.leader_epoch < 0) | (cols.controller_epoch < 0)
+                   | ((cols.leader_recovery_state != 0) & (cols.leader_recovery_state != 1))
+                   | ((leader >= 0) & ~in_rep) | ~isr_in.all(axis=1) | dup)
+    out = []
+    for r in np.flatnonzero(bad).tolist():
+        reps = [int(b) for b in rep[r] if b >= 0]
+        members = [int(b) for b in isr[r] if b >= 0]
+        if cols.leader_epoch[r] < 0 or cols.controller_epoch[r] < 0 or leader[r] < -1:
+            what = ("leader_epoch", cols.leader_epoch[r]) if cols.leader_epoch[r] < 0 else \
+                ("controller_epoch", cols.controller_epoch[r]) if cols.controller_epoch[r] < 0 else ("leader", leader[r])
+            out.append((r, f"{what[0]} {int(what[1])} is out of range"))
+        elif cols.leader_recovery_state[r] not in (0, 1):
+            out.append((r, f"leader_recovery_state {int(cols.leader_recovery_state[r])} is not 0 or 1"))
+        elif leader[r] >= 0 and not in_rep[r]:
+            out.append((r, f"leader {int(leader[r])} is not a replica {reps}"))
+        elif dup[r]:
+            out.append((r, f"isr {members} lists a broker twice"))
+        else:
+            outside = [b for b in members if b not in reps]
+            out.append((r, f"isr {members} names brokers {outside} that are not replicas {reps}"))
+    return out
 
 
 # --------------------------------------------------------------------------------------------- reader
@@ -416,16 +465,29 @@ class ZkReader:
             metas[t] = None
         row_ok = np.array([metas[t] is not None for t in range(len(kept))], dtype=bool)[tidx] \
             if len(tidx) else np.zeros(0, dtype=bool)
+        # Kafka numbers a topic's partitions 0..N-1; a gap means the znode was edited by hand.
+        if len(tidx):
+            starts = np.searchsorted(tidx, np.arange(len(kept)))
+            gap = row_ok & (part != np.arange(len(tidx)) - starts[tidx])
+            for t in np.unique(tidx[gap]).tolist():
+                ids = set(part[tidx == t].tolist())
+                missing = sorted(set(range(len(ids))) - ids)
+                p.add(f"topic:{kept[t]}", codec.topic_path(kept[t]), f"partition ids are not 0..{len(ids) - 1} "
+                      f"(missing {', '.join(map(str, missing[:5]))}{' ...' if len(missing) > 5 else ''})")
         # Partition states (the bulk of the work).
         total = len(part)
         self.say(f"reading {total} partition states of {len(kept)} topics")
         cols = self._read_state_rows(kept, tidx, part, parallel)
-        for row, problem in cols.bad:
-            if not row_ok[row]:
+        # A state znode that is malformed, or that Kafka's rules say cannot be (an ISR member that is not a
+        # replica, ...), leaves the partition's state unknown. Its assignment is known, so (lenient) the
+        # partition is kept, with the problem in `state_error`.
+        state_error: dict[int, str] = {}
+        for row, problem in [*cols.bad, *state_violations(replicas, cols)]:
+            if not row_ok[row] or row in state_error:
                 continue
             t = int(tidx[row])
             p.add(f"topic:{kept[t]}", codec.state_path(kept[t], int(part[row])), problem)
-            row_ok[row] = False
+            state_error[row] = problem
         if cols.denied:
             r = cols.denied[0]
             raise self._denied(codec.state_path(kept[int(tidx[r])], int(part[r])))
@@ -467,6 +529,7 @@ class ZkReader:
             "controller_epoch": pa.array(cols.controller_epoch),
             "leader_recovery_state": pa.array(cols.leader_recovery_state),
             "state_version": pa.array(cols.state_version),
+            "state_error": _sparse_strings(total, state_error),
         })
         if not row_ok.all():
             table = table.filter(pa.array(row_ok))

@@ -10,8 +10,10 @@ from dataclasses import FrozenInstanceError
 from pathlib import Path
 
 import pytest
+from plan_support import write_plan_folder
 
 from planner import api, cli
+from planner.codec import ReassignEntry
 from planner.errors import BadInput, PlannerError, ZkUnavailable
 from planner.plan_model import batch_file_name, read_plan
 from planner.runfolder import RunFolder, step_output
@@ -106,8 +108,20 @@ def test_read_plan_checks_every_file_and_tolerates_additions(snap, tmp_path):
     (d / batch_file_name(999)).write_text(json.dumps({"version": 1, "partitions": entries}))
     with pytest.raises(BadInput, match="names batch 999"):
         read_plan(d)
-    # reassignment.json edited: one target changed
+    # reassignment.json edited: one target changed (plan.json records every file's checksum)
+    assert set(doc["files"]) == {"reassignment.json", "rollback.json"}
     d = _copy(good, tmp_path / "edited")
+    ra = json.loads((d / "reassignment.json").read_text())
+    ra["partitions"][0]["replicas"] = ra["partitions"][0]["replicas"][::-1]
+    (d / "reassignment.json").write_text(json.dumps(ra))
+    with pytest.raises(BadInput, match="reassignment.json: checksum does not match the one plan.json records"):
+        read_plan(d)
+    # without checksums (a hand-made plan), the files are still held to the moves
+    snap_doc = json.loads((snap / "manifest.json").read_text())
+    m = doc["moves"][0]
+    d = write_plan_folder(tmp_path / "hand", snap_doc["fingerprint"], {(m["topic"], m["partition"]): m["from"]},
+                          [ReassignEntry(m["topic"], m["partition"], tuple(m["to"]))])
+    assert read_plan(d).moves[0].to_replicas == tuple(m["to"])
     ra = json.loads((d / "reassignment.json").read_text())
     ra["partitions"][0]["replicas"] = ra["partitions"][0]["replicas"][::-1]
     (d / "reassignment.json").write_text(json.dumps(ra))

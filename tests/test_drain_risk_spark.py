@@ -158,6 +158,12 @@ def test_missing_or_incompatible_snapshot_exits_2(tmp_path, capsys):
     d = write_seed_snapshot(tmp_path / "broken")
     pq.write_table(pq.read_table(d / "partitions.parquet").drop(["isr"]), d / "partitions.parquet")
     rc = cli.main(["risk", "--snapshot", str(d), "--out", str(tmp_path / "out")])
+    assert rc == 2 and "partitions.parquet: checksum does not match the manifest" in capsys.readouterr().err
+    # a table that matches its manifest but lacks a column (another writer) is refused by the schema check
+    manifest = json.loads((d / "manifest.json").read_text())
+    manifest["files"]["partitions.parquet"] = sio.file_sha256(d / "partitions.parquet")
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    rc = cli.main(["risk", "--snapshot", str(d), "--out", str(tmp_path / "out")])
     assert rc == 2 and "lacks columns ['isr']" in capsys.readouterr().err
 
 
@@ -197,3 +203,23 @@ def test_cli_names_the_seed_incident_and_scores_the_plan(spark, seed, tmp_path, 
     after = [s for s in summary["scenarios"] if s["state"] == "plan"]
     assert [s["name"] for s in after] == ["after plan: drain 1 [controlled]", "after plan: drain 1 [failure]"]
     assert all(s["offline"] == 0 and s["at_min_isr"] == 3 for s in after)
+
+
+def test_a_partition_whose_state_is_unknown_is_counted_never_scored(spark, tmp_path):
+    """Issue 9 item 1: a lenient snapshot's unknown-state partition is not scored as healthy (or at all)."""
+    desc = {"brokers": [{"id": i} for i in (1, 2, 3)],
+            "topics": [{"name": "t", "partitions": [{"replicas": [1, 2]}, {"replicas": [2, 3]}]}]}
+    s = risk.snapshot_from_cluster(parse_cluster(desc))
+    errors = pa.array(["leader 'x' must be an integer", None], pa.string())
+    parts = s.partitions.set_column(s.partitions.schema.get_field_index("state_error"), "state_error", errors)
+    s = sio.Snapshot(None, s.manifest, s.brokers, s.topics, parts)
+    req = api.RiskRequest(snapshot=s, out=tmp_path / "r", drains=((1,), (2,)), modes=("failure",))
+    prepared = risk.prepare(req)
+    summary = risk_job.run(spark, prepared, req.out)
+    assert summary["unknown_state"]["partitions"] == 1
+    assert {x["name"]: x["unknown"] for x in summary["scenarios"]} == {"drain 1 [failure]": 1,
+                                                                       "drain 2 [failure]": 1}
+    scored = pq.read_table(tmp_path / "r" / "partitions.parquet").to_pylist()
+    assert {(r["topic"], r["partition"]) for r in scored} == {("t", 1)}
+    assert any("unknown state" in w for w in summary["warnings"])
+    assert "1 with an unknown state (not scored)" in risk.format_report(summary)

@@ -420,7 +420,8 @@ def test_cli_exit_codes(tmp_path, zk_connect, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert cli.main(["sandbox", "status", "--dir", str(empty)]) == 2
-    assert cli.main(["sandbox", "down", "--dir", str(empty)]) == 2
+    assert cli.main(["sandbox", "down", "--dir", str(empty)]) == 0   # nothing to stop: not an error
+    assert cli.main(["sandbox", "down", "--dir", str(tmp_path / "no-such-dir")]) == 2
     bad = tmp_path / "bad.json"
     bad.write_text('{"brokers": [{"id": 1}], "topics": [{"name": "t", "partitions": [{"replicas": [1, 1]}]}]}')
     assert cli.main(["sandbox", "up", "--dir", str(tmp_path / "x"), "--cluster", str(bad)]) == 2

@@ -151,13 +151,15 @@ def test_varied_cluster(zk_client, zk_connect, tmp_path, read_mode, workers):
     assert m["source"] == {"zk": zk_connect.split("/")[0], "chroot": "/" + zk_connect.split("/", 1)[1]}
     assert m["controller"] == {"broker": 2, "epoch": 7, "kraft_controller_epoch": -1}
     assert m["counts"] == {"brokers": 6, "alive_brokers": 5, "topics": 3, "partitions": 7, "replicas": 16,
-                           "offline": 1, "under_replicated": 2, "leaderless_new": 1}
+                           "offline": 1, "under_replicated": 2, "leaderless_new": 1, "state_unknown": 0}
     assert m["fingerprint"] == VARIED_FINGERPRINT
     assert m["broker_defaults"] == {"min.insync.replicas": "2"}
     assert m["reassignment_in_flight"] == [{"topic": "orders", "partition": 2, "replicas": [3, 1, 5]}]
     assert m["preferred_election_pending"] == [{"topic": "orders", "partition": 1}]
     assert m["topics_queued_for_deletion"] == ["old"]
-    assert m["warnings"] == []
+    # broker 9 is named by logs-1's assignment but not registered: the cluster is not healthy, and says so
+    assert m["warnings"] == [{"path": "/brokers/topics",
+                              "problem": "1 partition has replicas on brokers that are not registered (9)"}]
     assert m["consistency"]["consistent"] is True and m["consistency"]["mode"] == read_mode
     # Every state znode read was last modified at or before the zxid the snapshot stands for.
     newest = max(zk_client.exists(codec.state_path(tp, p)).mzxid for tp, p, *_ in VARIED_ROWS if _[4])
@@ -314,11 +316,16 @@ def test_malformed_state_names_the_znode_or_is_skipped(zk_client, zk_connect, tm
         take_snapshot(zk_connect, tmp_path / "strict")
     assert not (tmp_path / "strict" / "manifest.json").exists()
 
+    # lenient: the partition's assignment is known, so it is kept, with its state marked unknown
     res = take_snapshot(zk_connect, tmp_path / "lenient", lenient=True)
-    assert res.partitions.column("partition").to_pylist() == [0, 2]
-    [w] = res.manifest["warnings"]
+    assert res.partitions.column("partition").to_pylist() == [0, 1, 2]
+    errors = res.partitions.column("state_error").to_pylist()
+    assert errors[0] is None and errors[2] is None and "'leader' must be an integer" in errors[1]
+    w, unknown = res.manifest["warnings"]
     assert w["path"] == "/brokers/topics/t/partitions/1/state" and "leader" in w["problem"]
-    assert sio.read_snapshot(tmp_path / "lenient").manifest["warnings"] == [w]
+    assert "1 partition with an unknown state" in unknown["problem"]
+    assert res.manifest["counts"]["state_unknown"] == 1 and res.manifest["counts"]["offline"] == 0
+    assert sio.read_snapshot(tmp_path / "lenient").manifest["warnings"] == [w, unknown]
 
 
 @pytest.mark.parametrize("path,data,what", [

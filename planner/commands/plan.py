@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import BadInput
+from planner.text import count
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -109,7 +110,7 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any]) -> None:
         f"rebalance ({p['balance']} balance)"
     lines = [
         f"plan {doc['id']}: {what}",
-        f"  replica moves      {s['replica_moves']} ({s['partitions_moved']} partitions, "
+        f"  replica moves      {s['replica_moves']} ({count(s['partitions_moved'], 'partition')}, "
         f"{_human(s['bytes_moved'])}); lower bound {s['lower_bound_moves']}"
         + (f", x{s['moves_over_lower_bound']}" if s["moves_over_lower_bound"] is not None else ""),
         f"  replica spread     {b['replica_spread']} -> {a['replica_spread']} (registered, non-drained brokers)",

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from planner.errors import BadInput
+from planner.text import count
 
 TIMING_OPTIONS = [
     ("--catch-up-delay", "catch_up_delay", float, "seconds a returning replica needs to rejoin the ISR (2)"),
@@ -148,7 +150,12 @@ def _up(args: argparse.Namespace) -> int:
 
 def _down(args: argparse.Namespace) -> int:
     from planner.sandbox import Sandbox
+    from planner.sandbox.api import SANDBOX_FILE
 
+    d = Path(args.dir)
+    if d.is_dir() and not (d / SANDBOX_FILE).exists():
+        print(f"no sandbox is running in {d.resolve()}: nothing to stop")   # down twice is not an error
+        return 0
     sb = Sandbox(args.dir)
     report = sb.down()
     if sb.engine == "kafka":
@@ -176,7 +183,10 @@ def _broker_action(args: argparse.Namespace) -> int:
         after = f" ({result['controller_reacted_s']}s after the kill)" if "controller_reacted_s" in result else ""
         print(f"killed brokers {', '.join(map(str, ids))}; the controller has reacted{after}")
     else:
-        print(f"started brokers {', '.join(map(str, ids))} (broker epochs {result.get('epochs')})")
+        epochs = result.get("epochs") or {}
+        shown = ", ".join(f"broker {b}: {e}" for b, e in sorted(epochs.items(), key=lambda kv: int(kv[0])))
+        print(f"started {count(len(ids), 'broker')} {', '.join(map(str, ids))}"
+              + (f" (new broker epochs: {shown})" if shown else ""))
     return 0
 
 

@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from planner.text import count
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -81,6 +83,9 @@ def summary(outcome, brokers) -> str:
     lines.append(f"  offline         {c['offline']}")
     lines.append(f"  under-replicated {c['under_replicated']}")
     lines.append(f"  leaderless-new  {c['leaderless_new']}")
+    if c.get("state_unknown"):
+        lines.append(f"  state unknown   {c['state_unknown']} (malformed state znodes: plans leave them alone, "
+                     "risk does not score them)")
     inflight = m["reassignment_in_flight"]
     if inflight:
         shown = ", ".join(f"{e['topic']}-{e['partition']}->{list(e['replicas'])}" for e in inflight[:5])
@@ -89,7 +94,7 @@ def summary(outcome, brokers) -> str:
     else:
         lines.append("  reassigning     none")
     if m["preferred_election_pending"]:
-        lines.append(f"  preferred election pending for {len(m['preferred_election_pending'])} partitions")
+        lines.append(f"  preferred election pending for {count(len(m['preferred_election_pending']), 'partition')}")
     cons = m["consistency"]
     lines.append(f"  consistency     zxid {m['zxid']['min']:#x}..{m['zxid']['max']:#x}, {cons['rereads']} re-reads "
                  f"in {cons['rounds']} rounds" + ("" if cons["consistent"] else " (NOT consistent: see warnings)"))

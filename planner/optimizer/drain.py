@@ -20,6 +20,7 @@ import numpy as np
 from planner.optimizer.checks import Infeasible, group_by_topic, popcount, required_racks
 from planner.optimizer.mcf import FlowGraph, band, level_arcs
 from planner.optimizer.problem import Problem, rack_masks
+from planner.text import count
 
 
 def check_drain_request(pb: Problem, drained: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -33,6 +34,13 @@ def check_drain_request(pb: Problem, drained: np.ndarray) -> tuple[np.ndarray, n
         raise Infeasible("excluded-untouched",
                          f"excluded topic(s) {', '.join(topics)} hold replicas on drained brokers, and "
                          f"excluded topics are never moved: {pb.names(np.flatnonzero(stuck))}")
+    if pb.unknown_state is not None:
+        stuck = moved & pb.unknown_state
+        if stuck.any():
+            raise Infeasible("unknown-state", "partitions whose state is unknown (malformed state znode, see the "
+                             "snapshot's warnings) hold replicas on drained brokers; a plan cannot judge their "
+                             "leaders and ISR: fix the znode and take the snapshot again: "
+                             f"{pb.names(np.flatnonzero(stuck))}")
     stuck = moved & pb.in_flight
     if stuck.any():
         raise Infeasible("in-flight", "partitions being reassigned now hold replicas on drained brokers; wait "
@@ -49,7 +57,7 @@ def check_drain_request(pb: Problem, drained: np.ndarray) -> tuple[np.ndarray, n
         t_name, t_rows = group_by_topic(pb, rows[short])[0]
         r = rf[short][0]
         raise Infeasible("replication-factor",
-                         f"topic {t_name}: RF {r} but only {n_e + int(kept_dead[short][0])} eligible brokers "
+                         f"topic {t_name}: RF {r} but only {count(n_e + int(kept_dead[short][0]), 'eligible broker')} "
                          f"remain (registered, not drained) for partitions {pb.names(t_rows)}")
     # Rack coverage never makes a drain infeasible: a partition must gain at most
     # required - (racks its kept replicas span) new racks, required <= racks with eligible brokers, and every

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from planner.errors import BadInput
 from planner.snapshot_io import Snapshot, list_to_matrix
+from planner.text import count
 
 MAX_RACKS = 64  # rack sets are uint64 bitmasks
 
@@ -35,6 +36,7 @@ class Problem:
     rack_aware: bool
     isr: np.ndarray | None = None  # int32 (P, I) broker indices of the in-sync replicas, -1 padded
     warnings: list[str] = field(default_factory=list)
+    unknown_state: np.ndarray | None = None   # bool (P,): the state znode was malformed (lenient snapshot)
 
     @property
     def num_brokers(self) -> int:
@@ -55,7 +57,8 @@ class Problem:
     @property
     def fixed(self) -> np.ndarray:
         """Partitions the plan must not touch at all (not even their replica order)."""
-        return self.excluded_topic[self.topic_of] | self.in_flight | (self.rf == 0)
+        fixed = self.excluded_topic[self.topic_of] | self.in_flight | (self.rf == 0)
+        return fixed if self.unknown_state is None else fixed | self.unknown_state
 
     def rack_bits(self) -> np.ndarray:
         """uint64 (B,): the broker's rack as a one-bit mask (0 when it has no rack or racks are ignored)."""
@@ -156,8 +159,10 @@ def from_snapshot(snap: Snapshot, sizes: dict[tuple[str, int], int] | None = Non
             if i is not None:
                 size_arr[i] = max(size_arr[i], int(value))
         unknown = int((size_arr < 0).sum())
+        if sizes and unknown == n:
+            raise BadInput("the sizes file names none of the snapshot's partitions (made for another cluster?)")
         if unknown:
-            warnings.append(f"sizes file has no size for {unknown} partitions: planning by replica count")
+            warnings.append(f"sizes file has no size for {count(unknown, 'partition')}: planning by replica count")
 
     excluded = np.zeros(len(topic_names), dtype=bool)
     if exclude_topics:
@@ -166,6 +171,9 @@ def from_snapshot(snap: Snapshot, sizes: dict[tuple[str, int], int] | None = Non
         except re.error as e:
             raise BadInput(f"exclude_topics {exclude_topics!r} is not a valid regular expression: {e}") from None
         excluded = np.array([rx.fullmatch(t) is not None for t in topic_names], dtype=bool)
+        if not excluded.any():
+            raise BadInput(f"exclude_topics {exclude_topics!r} matches no topic of the snapshot (a full match of "
+                           "the topic name is needed); nothing would be protected")
 
     adding = list_to_matrix(parts.column("adding_replicas"))
     removing = list_to_matrix(parts.column("removing_replicas"))
@@ -176,7 +184,14 @@ def from_snapshot(snap: Snapshot, sizes: dict[tuple[str, int], int] | None = Non
     if removing.shape[1]:
         in_flight |= (removing >= 0).any(axis=1)
     if in_flight.any():
-        warnings.append(f"{int(in_flight.sum())} partitions are being reassigned: the plan leaves them as they are")
+        warnings.append(f"{count(int(in_flight.sum()), 'partition')} being reassigned: the plan leaves them as "
+                        "they are")
+    unknown_state = np.zeros(n, dtype=bool)
+    if "state_error" in parts.column_names:
+        unknown_state = parts.column("state_error").is_valid().to_numpy(zero_copy_only=False)
+        if unknown_state.any():
+            warnings.append(f"{count(int(unknown_state.sum()), 'partition')} with an unknown state (malformed state znode): "
+                            "the plan leaves them as they are")
 
     # Rows sorted by (topic, partition) so results never depend on the file's row order.
     order_p = np.lexsort((partition, topic_of))
@@ -184,5 +199,5 @@ def from_snapshot(snap: Snapshot, sizes: dict[tuple[str, int], int] | None = Non
         broker_ids=broker_ids, alive=alive, rack_of=rack_of, rack_names=rack_names, topic_names=topic_names,
         topic_of=topic_of[order_p], partition=partition[order_p], replicas=replicas[order_p],
         sizes=size_arr[order_p], excluded_topic=excluded, in_flight=in_flight[order_p],
-        rack_aware=bool(rack_aware), isr=isr[order_p], warnings=warnings,
+        rack_aware=bool(rack_aware), isr=isr[order_p], warnings=warnings, unknown_state=unknown_state[order_p],
     )

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from planner.errors import BadInput
+from planner.text import show
 
 
 def _split(name: str, where: str) -> tuple[str, int]:
@@ -44,7 +45,7 @@ def parse_sizes(text: str, where: str = "sizes file") -> dict[tuple[str, int], i
         raise BadInput(f"{where}: expected an object of \"topic-partition\": bytes")
     for name, size in obj.items():
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise BadInput(f"{where}: size of {name!r} must be a non-negative integer, got {size!r}")
+            raise BadInput(f"{where}: size of {name!r} must be a non-negative integer, got {show(size)}")
         key = _split(name, where)
         out[key] = max(out.get(key, 0), size)
     return out

@@ -294,10 +294,13 @@ class Sandbox:
             raise BadInput(f"unknown sandbox engine {engine!r} (known: {', '.join(ENGINES)})")
         if (directory / SANDBOX_FILE).exists():
             existing = Sandbox(directory)
-            if existing.daemon_alive() or existing._kafka_alive() or (
-                    existing.zookeeper_pid and existing.info.get("zookeeper_started") and pid_alive(existing.zookeeper_pid)):
+            if existing.daemon_alive() or existing._kafka_alive():
                 raise BadInput(f"{directory} already has a running sandbox; `kplan sandbox down --dir {directory}` "
                                "first")
+            # Its daemon (or every broker) is gone, so it cannot be running: clean up what is left (its
+            # ZooKeeper, if this sandbox started one) and start afresh.
+            log.warning("the sandbox in %s had stopped (its %s gone); cleaning up what was left before starting",
+                        directory, "brokers are" if existing.engine == "kafka" else "daemon is")
             existing.down()
         desc = _resolve_cluster(cluster, brokers, racks, partitions, rf, preset, seed)
         jars = None

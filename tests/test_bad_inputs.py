@@ -1,0 +1,393 @@
+"""Bad input and faults, one row each (issue 9): what the user typed, the exit code, the one line they read,
+and what must not have happened (a traceback, a half-written or replaced output folder).
+
+Add a row when a new class of mistake turns up. A row's `setup` builds what the command needs (a snapshot
+folder, a plan, a cluster in ZooKeeper) and returns the argv; `out` names the path that must be absent (or,
+with `keep`, unchanged) afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from plan_support import write_plan_folder
+
+from planner import cli, loader, risk
+from planner import snapshot_io as sio
+from planner.cluster import parse_cluster
+from planner.codec import ReassignEntry
+
+REPO = Path(__file__).resolve().parent.parent
+
+SEED = {"brokers": [{"id": i, "rack": f"r{i}"} for i in (1, 2, 3)],
+        "topics": [{"name": "payments", "partitions": [{"replicas": [1]}]},
+                   {"name": "orders", "config": {"min.insync.replicas": "2"},
+                    "partitions": [{"replicas": [1, 2, 3]}, {"replicas": [2, 3, 1]}, {"replicas": [3, 1, 2]}]}]}
+
+
+@dataclass
+class Ctx:
+    tmp: Path
+    zk: str = ""            # connect string with this test's chroot (ZooKeeper rows only)
+    client: object = None   # kazoo client in that chroot
+
+    @property
+    def out(self) -> Path:
+        return self.tmp / "out"
+
+    def snapshot(self, name: str = "snap", desc: dict | None = None) -> Path:
+        s = risk.snapshot_from_cluster(parse_cluster(desc or SEED))
+        return sio.write_snapshot(self.tmp / name, s.manifest, s.brokers, s.topics, s.partitions)
+
+    def plan(self, snap: Path, entries: list[ReassignEntry], name: str = "plan") -> Path:
+        s = sio.read_snapshot(snap)
+        p = s.partitions.to_pydict()
+        current = {(t, n): r for t, n, r in zip(p["topic"], p["partition"], p["replicas"], strict=True)}
+        return write_plan_folder(self.tmp / name, s.fingerprint, current, entries)
+
+    def load(self, desc: dict, znodes: dict[str, bytes] | None = None) -> str:
+        loader.load_cluster(self.client, desc)
+        for path, data in (znodes or {}).items():
+            self.client.set(path, data)
+        return self.zk
+
+
+@dataclass
+class Case:
+    id: str
+    setup: Callable[[Ctx], list[str]]
+    code: int
+    message: str                        # a substring of the one error line
+    zk: bool = False                    # needs a cluster in ZooKeeper
+    keep: bool = False                  # `out` exists before and must be left exactly as it was
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _state(leader, isr, epoch=0) -> bytes:
+    return json.dumps({"version": 1, "leader": leader, "leader_epoch": epoch, "controller_epoch": 1,
+                       "isr": isr}).encode()
+
+
+def _filled(c: Ctx) -> None:
+    c.out.mkdir()
+    (c.out / "keep.txt").write_text("a reviewed plan")
+
+
+def _truncated(c: Ctx) -> Path:
+    snap = c.snapshot()
+    f = snap / "partitions.parquet"
+    f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 2])
+    return snap
+
+
+def _edited(c: Ctx) -> Path:
+    """A valid Parquet file, edited after the snapshot: replicas of payments-0 changed."""
+    snap = c.snapshot()
+    t = pq.read_table(snap / "partitions.parquet")
+    reps = t.column("replicas").to_pylist()
+    reps[0] = [2]
+    t = t.set_column(t.schema.get_field_index("replicas"), "replicas", sio.pa.array(reps, sio.INT_LIST))
+    pq.write_table(t, snap / "partitions.parquet")
+    return snap
+
+
+def _other_snapshot_plan(c: Ctx) -> list[str]:
+    snap = c.snapshot()
+    other = c.snapshot("other", {**SEED, "topics": SEED["topics"] + [{"name": "x", "partitions": [
+        {"replicas": [2]}]}]})
+    plan = c.plan(other, [ReassignEntry("payments", 0, (2,))])
+    return ["risk", "--snapshot", str(snap), "--out", str(c.out), "--plan", str(plan)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _sizes(c: Ctx, obj: dict) -> Path:
+    f = c.tmp / "sizes.json"
+    f.write_text(json.dumps(obj))
+    return f
+
+
+CASES = [
+    # --- snapshot: znodes Kafka's own parser would refuse (item 2), named by path, exit 2, nothing written
+    Case("snapshot-leader-as-string", lambda c: ["snapshot", "--zk", c.load(SEED, {
+        "/brokers/topics/orders/partitions/0/state": _state("1", [1, 2, 3])}), "--out", str(c.out)],
+         2, "/brokers/topics/orders/partitions/0/state: 'leader' must be an integer, got \"1\"", zk=True),
+    Case("snapshot-isr-outside-replicas", lambda c: ["snapshot", "--zk", c.load(SEED, {
+        "/brokers/topics/orders/partitions/1/state": _state(2, [2, 3, 7])}), "--out", str(c.out)],
+         2, "/brokers/topics/orders/partitions/1/state: isr [2, 3, 7] names brokers [7] that are not replicas",
+         zk=True),
+    Case("snapshot-leader-outside-replicas", lambda c: ["snapshot", "--zk", c.load(SEED, {
+        "/brokers/topics/orders/partitions/1/state": _state(9, [2, 3])}), "--out", str(c.out)],
+         2, "/brokers/topics/orders/partitions/1/state: leader 9 is not a replica", zk=True),
+    Case("snapshot-negative-epoch", lambda c: ["snapshot", "--zk", c.load(SEED, {
+        "/brokers/topics/orders/partitions/1/state": _state(2, [2, 3], epoch=-4)}), "--out", str(c.out)],
+         2, "leader_epoch -4 is out of range", zk=True),
+    Case("snapshot-partition-ids-not-contiguous", lambda c: ["snapshot", "--zk", c.load(SEED, {
+        "/brokers/topics/orders": b'{"version":1,"partitions":{"0":[1,2,3],"1":[2,3,1],"3":[3,1,2]}}'}),
+        "--out", str(c.out)], 2, "/brokers/topics/orders: partition ids are not 0..2 (missing 2)", zk=True),
+    Case("snapshot-min-isr-zero", lambda c: ["snapshot", "--zk", c.load(
+        {**SEED, "topics": [{**SEED["topics"][1], "config": {"min.insync.replicas": "0"}}]}), "--out",
+        str(c.out)], 2, "/config/topics/orders: min.insync.replicas '0' is out of range", zk=True),
+    # --- outputs (item 4, item 6)
+    Case("snapshot-out-not-empty", lambda c: (_filled(c), ["snapshot", "--zk", c.load(SEED), "--out",
+                                                           str(c.out)])[1],
+         2, "already exists and is not empty", zk=True, keep=True),
+    Case("snapshot-out-is-a-file", lambda c: (c.out.write_text("x"), ["snapshot", "--zk", c.load(SEED),
+                                                                     "--out", str(c.out)])[1],
+         2, "is a file, not a folder", zk=True, keep=True),
+    Case("snapshot-out-under-a-file", lambda c: ((c.tmp / "f").write_text("x"), ["snapshot", "--zk",
+                                                                                 c.load(SEED), "--out",
+                                                                                 str(c.tmp / "f" / "s")])[1],
+         2, "cannot create a folder there", zk=True),
+    Case("plan-out-not-empty", lambda c: (_filled(c), ["plan", "drain", "--snapshot", str(c.snapshot()),
+                                                       "--brokers", "1", "--out", str(c.out)])[1],
+         2, "already exists and is not empty", keep=True),
+    Case("plan-out-is-the-snapshot", lambda c: ["plan", "drain", "--snapshot", str(c.snapshot("out")),
+                                                "--brokers", "1", "--out", str(c.out), "--force"],
+         2, "would replace the input", keep=True),
+    Case("plan-out-inside-the-snapshot", lambda c: ["plan", "drain", "--snapshot", str(c.snapshot()),
+                                                    "--brokers", "1", "--out", str(c.tmp / "snap" / "p")],
+         2, "is inside the input folder"),
+    Case("risk-out-not-empty", lambda c: (_filled(c), ["risk", "--snapshot", str(c.snapshot()), "--out",
+                                                       str(c.out)])[1], 2, "already exists and is not empty",
+         keep=True),
+    # --- corrupt or edited files (item 5)
+    Case("plan-truncated-parquet", lambda c: ["plan", "drain", "--snapshot", str(_truncated(c)), "--brokers",
+                                              "1", "--out", str(c.out)],
+         2, "partitions.parquet: checksum does not match the manifest"),
+    Case("risk-truncated-parquet", lambda c: ["risk", "--snapshot", str(_truncated(c)), "--out", str(c.out)],
+         2, "partitions.parquet: checksum does not match the manifest"),
+    Case("plan-edited-parquet", lambda c: ["plan", "drain", "--snapshot", str(_edited(c)), "--brokers", "1",
+                                           "--out", str(c.out)],
+         2, "partitions.parquet: checksum does not match the manifest"),
+    # --- mismatches (item 8)
+    Case("risk-plan-from-another-snapshot", _other_snapshot_plan, 2, "was made from snapshot sha256:"),
+    Case("risk-kafka-version-2.0", lambda c: ["risk", "--snapshot", str(c.snapshot()), "--out", str(c.out),
+                                              "--kafka-version", "2.0"], 2, "ZooKeeper-mode releases 2.4 to 3.9"),
+    Case("plan-sizes-match-nothing", lambda c: ["plan", "drain", "--snapshot", str(c.snapshot()), "--brokers",
+                                                "1", "--out", str(c.out), "--sizes",
+                                                str(_sizes(c, {"nope-0": 5, "nope-1": 7}))],
+         2, "names none of the snapshot's partitions"),
+    Case("plan-exclude-topics-match-nothing", lambda c: ["plan", "drain", "--snapshot", str(c.snapshot()),
+                                                         "--brokers", "2", "--out", str(c.out),
+                                                         "--exclude-topics", "paymnts"],
+         2, "exclude_topics 'paymnts' matches no topic"),
+    # --- refusals and messages (item 9)
+    Case("plan-infeasible-drain", lambda c: ["plan", "drain", "--snapshot", str(c.snapshot()), "--brokers",
+                                             "1,2", "--out", str(c.out)], 2, "RF 3 but only 1 eligible broker "),
+    Case("sandbox-description-leader-true", lambda c: ["sandbox", "up", "--dir", str(c.out), "--cluster", str(
+        _sizes(c, {"brokers": [{"id": 1}], "topics": [{"name": "t", "partitions": [
+            {"replicas": [1], "leader": True}]}]}))], 2, "leader true must be -1 or one of the replicas [1]"),
+    Case("plan-sizes-value-not-a-number", lambda c: ["plan", "drain", "--snapshot", str(c.snapshot()),
+                                                     "--brokers", "2", "--out", str(c.out), "--sizes",
+                                                     str(_sizes(c, {"payments-0": {"3": 46}}))],
+         2, 'must be a non-negative integer, got {"3": 46}'),
+    Case("snapshot-nobody-listening", lambda c: ["snapshot", "--zk", f"127.0.0.1:{_free_port()}", "--out",
+                                                 str(c.out), "--timeout", "2"],
+         2, "could not connect to ZooKeeper at 127.0.0.1:"),
+    Case("snapshot-unresolvable-host", lambda c: ["snapshot", "--zk", "no-such-host.invalid:2181", "--out",
+                                                  str(c.out), "--timeout", "2"],
+         2, "cannot resolve ZooKeeper host no-such-host.invalid"),
+]
+
+
+@pytest.fixture
+def ctx(request, tmp_path) -> Ctx:
+    c = Ctx(tmp_path)
+    if request.node.callspec.params["case"].zk:
+        c.zk = request.getfixturevalue("zk_connect")
+        c.client = request.getfixturevalue("zk_client")
+    return c
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_gets_one_clear_line_and_writes_nothing(case, ctx, capsys, monkeypatch):
+    for k, v in case.env.items():
+        monkeypatch.setenv(k, v)
+    argv = case.setup(ctx)
+    before = sorted(p.relative_to(ctx.tmp) for p in ctx.tmp.rglob("*"))
+    capsys.readouterr()
+    rc = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert rc == case.code, err
+    assert case.message in err, err
+    assert "Traceback" not in err and "Traceback" not in out
+    lines = [x for x in err.splitlines() if "error:" in x]
+    assert len(lines) == 1, err
+    assert not [x for x in err.splitlines() if "WARNING" in x or "kazoo" in x], err   # no retry noise
+    after = sorted(p.relative_to(ctx.tmp) for p in ctx.tmp.rglob("*"))
+    assert after == before   # nothing written, nothing left behind (no temporary folder either)
+
+
+# ------------------------------------------------------------------------- beyond one line: each class's root
+def test_lenient_keeps_a_partition_whose_state_is_unknown_and_plans_refuse_to_guess(zk_client, zk_connect,
+                                                                                     tmp_path, capsys):
+    """Item 1: the assignment of orders-1 is intact, only its state znode is malformed."""
+    loader.load_cluster(zk_client, SEED)
+    zk_client.set("/brokers/topics/orders/partitions/1/state", b'{"leader":"two","isr":[2,3,1]}')
+    snap = tmp_path / "snap"
+    assert cli.main(["snapshot", "--zk", zk_connect, "--out", str(snap), "--lenient"]) == 0
+    out = capsys.readouterr().out
+    assert "state unknown   1" in out and "/brokers/topics/orders/partitions/1/state" in out
+    s = sio.read_snapshot(snap)
+    rows = {(t, p): e for t, p, e in zip(s.partitions.column("topic").to_pylist(),
+                                         s.partitions.column("partition").to_pylist(),
+                                         s.partitions.column("state_error").to_pylist(), strict=True)}
+    assert len(rows) == 4 and rows[("orders", 1)] and rows[("orders", 0)] is None
+    # a drain that would move it is refused and names it; one that does not touch it leaves it alone
+    assert cli.main(["plan", "drain", "--snapshot", str(snap), "--brokers", "3", "--out", str(tmp_path / "p1")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown" in err and "orders-1" in err and not (tmp_path / "p1").exists()
+    assert cli.main(["plan", "rebalance", "--snapshot", str(snap), "--out", str(tmp_path / "p2")]) == 0
+    plan = json.loads((tmp_path / "p2" / "plan.json").read_text())
+    assert ("orders", 1) not in {(m["topic"], m["partition"]) for m in plan["moves"]}
+    assert any("unknown state" in w for w in plan["warnings"])
+
+
+def test_an_unhealthy_cluster_is_reported_as_it_is(zk_client, zk_connect, tmp_path):
+    """Item 3: no broker registered, no controller; every led partition is offline, and says so."""
+    from planner import replay
+
+    loader.load_cluster(zk_client, {**SEED, "brokers": [{**b, "alive": True} for b in SEED["brokers"]]},
+                        brokers=False, controller=False)
+    assert cli.main(["snapshot", "--zk", zk_connect, "--out", str(tmp_path / "s")]) == 0
+    s = sio.read_snapshot(tmp_path / "s")
+    c = s.manifest["counts"]
+    assert (c["alive_brokers"], c["offline"], c["under_replicated"]) == (0, 4, 0)
+    problems = " | ".join(w["problem"] for w in s.manifest["warnings"])
+    assert "no broker is registered" in problems and "no controller is registered" in problems
+    assert "4 partitions led by brokers that are not registered" in problems
+    # risk's current-state line counts the same way (the Spark job and the reference replay share the rule)
+    base = replay.baseline(replay.ClusterState.from_snapshot(s))
+    assert base["offline"] == 4
+
+
+def test_a_replica_on_a_missing_broker_is_under_replicated(zk_client, zk_connect, tmp_path):
+    desc = {**SEED, "brokers": SEED["brokers"] + [{"id": 4, "alive": False}],
+            "topics": [{"name": "t", "partitions": [{"replicas": [1, 2, 4], "leader": 1, "isr": [1, 2, 4]}]}]}
+    loader.load_cluster(zk_client, desc)
+    assert cli.main(["snapshot", "--zk", zk_connect, "--out", str(tmp_path / "s")]) == 0
+    c = sio.read_snapshot(tmp_path / "s").manifest["counts"]
+    assert (c["offline"], c["under_replicated"]) == (0, 1)
+
+
+def test_no_verbosity_prints_a_credential(zk_server, zk_chroot, tmp_path):
+    """Item 7: kazoo's debug log shows the Auth request it sends; the password must never appear."""
+    from planner import zk as zkmod
+
+    secret = "s3cr3t-Pw!"
+    client = zkmod.connect(zk_server.connect_string, auth=("kplan", secret))
+    try:
+        client.default_acl = [zkmod.digest_acl("kplan", secret)]
+        client.ensure_path(zk_chroot)
+        client.chroot = zk_chroot
+        loader.load_cluster(client, SEED)
+    finally:
+        client.stop()
+        client.close()
+    env = {**os.environ, "KPLAN_ZK_AUTH": f"kplan:{secret}", "PYTHONPATH": str(REPO)}
+    for verbose in (["-v"], []):
+        done = subprocess.run([sys.executable, "-m", "planner.cli", *verbose, "snapshot", "--zk",
+                               zk_server.connect_string + zk_chroot, "--out", str(tmp_path / f"s{len(verbose)}")],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert secret not in done.stdout + done.stderr
+        if verbose:
+            assert "Auth(" in done.stderr and "***" in done.stderr   # the request was logged, redacted
+
+
+def test_ctrl_c_during_risk_exits_130_leaving_nothing(tmp_path):
+    """Item 6: Ctrl-C as a terminal sends it (to the whole process group) while Spark is starting."""
+    c = Ctx(tmp_path)
+    snap = c.snapshot()
+    proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "risk", "--snapshot", str(snap), "--out",
+                             str(c.out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    def jvms() -> list[int]:
+        return [pid for pid, cmd in _descendants(proc.pid).items() if "SparkSubmit" in cmd]
+
+    deadline = time.monotonic() + 120
+    while not jvms() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    started = jvms()
+    assert started, "Spark's JVM did not start"
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snap"]   # no output, no temporary folder
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in started), "the JVM outlived kplan"
+
+
+def _descendants(root: int) -> dict[int, str]:
+    parent = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    out, todo = {}, [root]
+    while todo:
+        me = todo.pop()
+        for pid, pp in parent.items():
+            if pp == me and pid not in out:
+                try:
+                    out[pid] = (Path("/proc") / str(pid) / "cmdline").read_bytes().decode(errors="replace")
+                except OSError:
+                    out[pid] = ""
+                todo.append(pid)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.sandbox
+def test_sandbox_down_twice_and_up_after_its_daemon_died(tmp_path, capsys):
+    """Item 9: down is idempotent; up over a sandbox whose daemon was killed starts a fresh one."""
+    from planner.sandbox import Sandbox
+
+    d = tmp_path / "sb"
+    fast = ["--catch-up-delay", "0.3", "--no-auto-rebalance"]
+    assert cli.main(["sandbox", "up", "--dir", str(d), "--brokers", "3", "--racks", "3", "--partitions", "6",
+                     *fast]) == 0
+    old = Sandbox(d)
+    os.kill(old.daemon_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while _alive(old.daemon_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert cli.main(["sandbox", "up", "--dir", str(d), "--brokers", "3", "--racks", "3", "--partitions",
+                         "6", *fast]) == 0
+        new = Sandbox(d)
+        assert new.daemon_alive() and new.daemon_pid != old.daemon_pid
+        assert not _alive(old.zookeeper_pid)     # the dead sandbox's ZooKeeper was stopped, not left behind
+    finally:
+        assert cli.main(["sandbox", "down", "--dir", str(d)]) == 0
+    capsys.readouterr()
+    assert cli.main(["sandbox", "down", "--dir", str(d)]) == 0
+    assert "nothing to stop" in capsys.readouterr().out
