@@ -120,7 +120,11 @@ class Snapshot:
     def partition_columns(self, columns: list[str]) -> pa.Table:
         """Some columns of the partitions, read from the folder alone when the table is not loaded."""
         if self._partitions is not None:
-            return self._partitions.select(columns)
+            t = self._partitions
+            for col in OPTIONAL["partitions"] & set(columns):
+                if col not in t.column_names:    # an in-memory table built without the newer columns
+                    t = t.append_column(col, pa.nulls(t.num_rows, PARTITIONS_SCHEMA.field(col).type))
+            return t.select(columns)
         return _read_table(self.path, "partitions", columns)
 
     @property
