@@ -28,7 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from planner.errors import BadInput
+from planner.errors import BadInput, KraftMigration, NotConverged, PlannerError, SafetyRefusal, ZkUnavailable
 from planner.plan_model import Plan, read_plan
 from planner.runfolder import RunFolder, check_output, step_output
 
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from planner.snapshot_io import Snapshot
 
 __all__ = [
+    "BadInput", "KraftMigration", "NotConverged", "PlannerError", "RiskSubmit", "SafetyRefusal", "ZkUnavailable",
+    "risk_submit",
     "ApplyOutcome", "ApplyRequest", "CancelOutcome", "CancelRequest", "DrainRequest", "PlanOutcome", "Progress",
     "RebalanceRequest", "RiskOutcome", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
     "VerifyOutcome", "VerifyRequest", "apply", "cancel", "plan_drain", "plan_rebalance", "read_plan",
@@ -169,6 +171,33 @@ def risk(req: RiskRequest, *, progress: ProgressFn | None = None, spark: Any = N
     with step_output(req.out, req.force, inputs) as tmp:
         summary = risk_lib.run_risk(replace(req, out=tmp), prepared, spark=spark, progress=say)
     return RiskOutcome(Path(req.out), summary["level"], frozen(summary["level_by_state"]), summary)
+
+
+@dataclass(frozen=True)
+class RiskSubmit:
+    """How to run a risk request through spark-submit yourself (Airflow's SparkSubmitOperator does)."""
+
+    application: Path                         # the job's spark-submit entry inside the installed package
+    args: tuple[str, ...]                     # the request as the entry's arguments
+    conf: Mapping[str, str]                   # Spark properties the job is tuned with (log4j, GC, shuffle...)
+    driver_memory: str
+
+
+def risk_submit(req: RiskRequest) -> RiskSubmit:
+    """Validate `req` exactly as `risk` does (BadInput, nothing written, no JVM) and describe its submit.
+    The caller runs spark-submit with its own master; the job writes `req.out` (give it a temporary folder
+    and rename it on success, as `risk` does through runfolder.step_output)."""
+    import os
+
+    from planner import risk as risk_lib
+    from planner import risk_job as job
+    from planner.risk_args import to_args
+
+    risk_lib.prepare(req)
+    conf = {k: v for k, v in job.CONF.items() if k != "spark.driver.memory"}
+    conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{job.log4j_file()} {job.JAVA_OPTIONS}"
+    memory = req.driver_memory or os.environ.get("KPLAN_SPARK_DRIVER_MEMORY") or job.CONF["spark.driver.memory"]
+    return RiskSubmit(risk_lib.job_entry(), tuple(to_args(req)), MappingProxyType(conf), memory)
 
 
 # ---------------------------------------------------------------------------------------------- plan
