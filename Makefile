@@ -1,14 +1,17 @@
 # Two commands from a fresh clone: `make demo` (the main job on the embedded sandbox) and `make test`.
-# Both create .venv, install the pinned dependencies, Java 17 and Maven (apt) when `java` / `mvn` are missing.
+# Both create .venv, install the pinned dependencies, Java 17, Maven and Chromium (apt) when missing.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= demo-run
 
-.PHONY: demo test lint bench setup java clean
+.PHONY: demo demo-cli airflow test lint bench setup java chromium clean
 
-setup: java $(STAMP)
+setup: java chromium $(STAMP)
+
+chromium:
+	@bash .ci/ensure-chromium
 
 java:
 	@bash .ci/ensure-java
@@ -20,8 +23,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
 
+# the drain DAG end to end through Airflow (dag.test on SQLite) on the embedded sandbox
 demo: setup
-	$(BIN)/python -m planner.demo --dir $(DEMO_DIR)
+	$(BIN)/python -m kplan_airflow.demo --dir $(DEMO_DIR)
+
+# the same steps through the kplan CLI, without Airflow
+demo-cli: setup
+	$(BIN)/python -m planner.demo --dir $(DEMO_DIR)-cli
+
+# API server, scheduler and dag-processor on SQLite with a sandbox cluster: trigger a drain in the UI
+airflow: setup
+	$(BIN)/python -m kplan_airflow.stack --dir airflow-run
 
 test: setup
 	$(BIN)/ruff check planner spark dags plugins tests bench
@@ -34,4 +46,4 @@ bench: setup
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_DIR) $(DEMO_DIR)-cli airflow-run .pytest_cache .hypothesis

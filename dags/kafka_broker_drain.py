@@ -1,0 +1,86 @@
+"""Drain Kafka brokers before maintenance (manual trigger, with a form).
+
+snapshot -> risk (Spark) -> plan (OR-Tools) -> risk after the plan (Spark) -> publish for review -> approve
+-> apply -> verify -> report. Every task works in the run's folder ([kplan] runs_root/<dag>/<run>); the plan
+is reviewed on its page (Browse -> Kafka plans) and in the approval (Required Actions). Unknown brokers or an
+infeasible drain fail the run at risk / plan with the planner's message; Reject, or no answer within the
+approval timeout, ends the run with nothing applied. Apply runs in the 1-slot apply pool and holds the
+planner's ZooKeeper lock: one apply at a time across this DAG and the nightly rebalance.
+
+Thin on purpose: parameters and wiring only (kplan_airflow's operators call planner.api at run time).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import DAG, Param
+from kplan_airflow.operators import (
+    ApplyOperator,
+    DrainPlanOperator,
+    PlanApprovalOperator,
+    PublishOperator,
+    ReportOperator,
+    RiskOperator,
+    SnapshotOperator,
+    VerifyOperator,
+)
+
+P = "params"
+READ_ONLY = {"retries": 2, "retry_delay": timedelta(seconds=20)}  # only transient faults get that far
+
+with DAG(
+    dag_id="kafka_broker_drain",
+    description="Move every replica off the given Kafka brokers: risk, plan, review, apply, verify",
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    render_template_as_native_obj=True,
+    tags=["kafka", "kplan"],
+    doc_md=__doc__,
+    params={
+        "brokers": Param(type="array", items={"type": "integer", "minimum": 0}, minItems=1, uniqueItems=True,
+                         title="Brokers to drain", description="Broker ids, in the order a rolling "
+                         "restart would take them down"),
+        "shutdown_mode": Param("both", enum=["controlled", "failure", "both"], title="Shutdown mode to assess",
+                               description="controlled = graceful stop, failure = kill; both scores each"),
+        "sweep": Param(False, type="boolean", title="Also assess every broker and rack",
+                       description="Adds the single-broker and single-rack sweep to the risk report"),
+        "throttle": Param(None, type=["null", "integer"], minimum=1, title="Throttle (bytes/s)",
+                          description="Replication throttle while data moves; empty = none"),
+        "max_concurrent_per_broker": Param(5, type="integer", minimum=1, maximum=1000,
+                                           title="Max concurrent moves per broker"),
+        "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)",
+                                description="Full-match regular expression of topics the plan must not touch"),
+        "require_approval": Param(True, type="boolean", title="Require approval"),
+        "verify_timeout": Param(1800, type="integer", minimum=1, title="Verify timeout (s)"),
+        "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
+        "sizes": Param(None, type=["null", "string"], title="Partition sizes file",
+                       description="kafka-log-dirs.sh --describe output (optional: sizes weigh the plan)"),
+    },
+) as dag:
+    snapshot = SnapshotOperator(task_id="snapshot", zk_conn_id="{{ params.zk_conn_id }}",
+                                sizes="{{ params.sizes }}", **READ_ONLY)
+    risk = RiskOperator(task_id="risk", drains="{{ params.brokers }}", mode="{{ params.shutdown_mode }}",
+                        all_brokers="{{ params.sweep }}", all_racks="{{ params.sweep }}", **READ_ONLY)
+    plan = DrainPlanOperator(task_id="plan", brokers="{{ params.brokers }}",
+                             exclude_topics="{{ params.exclude_topics }}",
+                             max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}",
+                             sizes="{{ params.sizes }}", **READ_ONLY)
+    risk_after = RiskOperator(task_id="risk_after", drains="{{ params.brokers }}",
+                              mode="{{ params.shutdown_mode }}", after_plan=True, **READ_ONLY)
+    publish = PublishOperator(task_id="publish", require_approval="{{ params.require_approval }}")
+    approve = PlanApprovalOperator(
+        task_id="approve",
+        subject="{{ ti.xcom_pull(task_ids='publish')['subject'] }}",
+        body="{{ ti.xcom_pull(task_ids='publish')['body'] }}",
+        require_approval="{{ ti.xcom_pull(task_ids='publish')['require_approval'] }}",
+        response_timeout=timedelta(hours=24),
+    )
+    apply = ApplyOperator(task_id="apply", zk_conn_id="{{ params.zk_conn_id }}", throttle="{{ params.throttle }}",
+                          max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}")
+    verify = VerifyOperator(task_id="verify", zk_conn_id="{{ params.zk_conn_id }}",
+                            timeout="{{ params.verify_timeout }}", **READ_ONLY)
+    report = ReportOperator(task_id="report")
+
+    snapshot >> risk >> plan >> risk_after >> publish >> approve >> apply >> verify >> report

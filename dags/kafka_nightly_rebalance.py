@@ -1,0 +1,83 @@
+"""Rebalance the Kafka cluster every night, within a move / bytes budget.
+
+snapshot -> idle check (skip cleanly when a reassignment or a drain is in flight) -> plan (OR-Tools) ->
+risk after the plan (Spark: every broker and rack, before and after) -> publish -> approve -> apply ->
+verify -> report. The plan is applied without waiting for a person only when it is within the auto-approve
+limits (moves, bytes) and its risk is at most the auto-approve level; otherwise it waits for review like a
+drain. One active run, no catch-up; apply shares the 1-slot pool and the ZooKeeper lock with the drain DAG.
+
+Schedule: `[kplan] rebalance_schedule` (AIRFLOW__KPLAN__REBALANCE_SCHEDULE), default 02:00 UTC daily.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk import DAG, Param, conf
+from kplan_airflow.operators import (
+    ApplyOperator,
+    IdleCheckOperator,
+    PlanApprovalOperator,
+    PublishOperator,
+    RebalancePlanOperator,
+    ReportOperator,
+    RiskOperator,
+    SnapshotOperator,
+    VerifyOperator,
+)
+
+READ_ONLY = {"retries": 2, "retry_delay": timedelta(seconds=20)}
+
+with DAG(
+    dag_id="kafka_nightly_rebalance",
+    description="Level replicas and preferred leaders within a budget; auto-approved only when small and safe",
+    schedule=conf.get("kplan", "rebalance_schedule", fallback=None) or "0 2 * * *",
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    render_template_as_native_obj=True,
+    tags=["kafka", "kplan"],
+    doc_md=__doc__,
+    params={
+        "max_moves": Param(500, type=["null", "integer"], minimum=1, title="Move budget (replica moves)"),
+        "max_bytes": Param(None, type=["null", "integer"], minimum=1, title="Bytes budget"),
+        "auto_approve_max_moves": Param(100, type="integer", minimum=0,
+                                        title="Auto-approve up to this many replica moves"),
+        "auto_approve_max_bytes": Param(10 * 2**30, type="integer", minimum=0,
+                                        title="Auto-approve up to this many bytes"),
+        "auto_approve_max_risk": Param("low", enum=["low", "medium", "high", "critical"],
+                                       title="Auto-approve up to this risk level (after the plan)"),
+        "throttle": Param(None, type=["null", "integer"], minimum=1, title="Throttle (bytes/s)"),
+        "max_concurrent_per_broker": Param(5, type="integer", minimum=1, maximum=1000),
+        "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),
+        "verify_timeout": Param(3600, type="integer", minimum=1, title="Verify timeout (s)"),
+        "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
+        "sizes": Param(None, type=["null", "string"], title="Partition sizes file"),
+    },
+) as dag:
+    snapshot = SnapshotOperator(task_id="snapshot", zk_conn_id="{{ params.zk_conn_id }}",
+                                sizes="{{ params.sizes }}", **READ_ONLY)
+    idle = IdleCheckOperator(task_id="check_idle", busy_dag_ids=["kafka_broker_drain"], **READ_ONLY)
+    plan = RebalancePlanOperator(task_id="plan", max_moves="{{ params.max_moves }}",
+                                 max_bytes="{{ params.max_bytes }}", exclude_topics="{{ params.exclude_topics }}",
+                                 max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}",
+                                 sizes="{{ params.sizes }}", **READ_ONLY)
+    risk_after = RiskOperator(task_id="risk_after", all_brokers=True, all_racks=True, mode="controlled",
+                              after_plan=True, **READ_ONLY)
+    publish = PublishOperator(task_id="publish", auto_approve_max_moves="{{ params.auto_approve_max_moves }}",
+                              auto_approve_max_bytes="{{ params.auto_approve_max_bytes }}",
+                              auto_approve_max_risk="{{ params.auto_approve_max_risk }}")
+    approve = PlanApprovalOperator(
+        task_id="approve",
+        subject="{{ ti.xcom_pull(task_ids='publish')['subject'] }}",
+        body="{{ ti.xcom_pull(task_ids='publish')['body'] }}",
+        require_approval="{{ ti.xcom_pull(task_ids='publish')['require_approval'] }}",
+        response_timeout=timedelta(hours=8),
+    )
+    apply = ApplyOperator(task_id="apply", zk_conn_id="{{ params.zk_conn_id }}", throttle="{{ params.throttle }}",
+                          max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}")
+    verify = VerifyOperator(task_id="verify", zk_conn_id="{{ params.zk_conn_id }}",
+                            timeout="{{ params.verify_timeout }}", **READ_ONLY)
+    report = ReportOperator(task_id="report")
+
+    snapshot >> idle >> plan >> risk_after >> publish >> approve >> apply >> verify >> report

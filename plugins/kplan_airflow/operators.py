@@ -1,0 +1,504 @@
+"""Operators: parameters plus an `execute` that calls planner.api. Nothing here re-implements a step.
+
+Every task finds its inputs and writes its outputs in the DAG run's run folder (kplan_airflow.runs), so XComs
+carry a few small figures and paths, never data. Errors from the planner say whether a retry can help
+(`PlannerError.retryable`): transient faults (ZooKeeper unreachable, session lost) raise AirflowException and
+use the task's retries; everything else (bad input, an infeasible plan, a safety refusal, no convergence)
+raises AirflowFailException, which fails the task at once, whatever its retries.
+
+A retried step whose folder is already complete (the step wrote it, then the task failed later) reuses it:
+each step's folder is complete or absent (planner.runfolder), and a reviewed plan is never replaced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+from kplan_airflow import runs
+from planner import api
+from planner.api import PlannerError, SafetyRefusal
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+T = TypeVar("T")
+LEVELS = ("low", "medium", "high", "critical")
+MODES = {"controlled": ("controlled",), "failure": ("failure",), "both": ("controlled", "failure")}
+
+
+def run_folder(context: Context) -> api.RunFolder:
+    return runs.run_folder(context["dag"].dag_id, context["run_id"])
+
+
+@contextmanager
+def planner_errors(step: str):
+    """PlannerError -> AirflowException (retryable) or AirflowFailException (not), with the planner's message."""
+    try:
+        yield
+    except PlannerError as e:
+        if e.retryable:
+            raise AirflowException(f"{step}: {e} (transient: the task's retries apply)") from e
+        raise AirflowFailException(f"{step}: {e}") from e
+
+
+def call(step: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    with planner_errors(step):
+        return fn(*args, **kwargs)
+
+
+def _ints(value: Any, what: str) -> tuple[int, ...]:
+    if isinstance(value, str):
+        value = [x for x in value.replace(",", " ").split() if x]
+    try:
+        out = tuple(int(x) for x in (value or ()))
+    except (TypeError, ValueError):
+        raise AirflowFailException(f"{what} must be a list of integers, got {value!r}") from None
+    return out
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value in (None, "", "None") else int(value)
+
+
+def _zk(conn_id: str):
+    from kplan_airflow.hooks import ZooKeeperConnectionError, ZooKeeperHook
+
+    try:
+        return ZooKeeperHook(conn_id).get_conn()
+    except ZooKeeperConnectionError as e:
+        raise AirflowFailException(f"ZooKeeper connection {conn_id!r}: {e}") from e
+
+
+def _log_progress(op: BaseOperator) -> Callable[[api.Progress], None]:
+    def show(p: api.Progress) -> None:  # the library logs each message itself; keep counts visible
+        if p.total:
+            op.log.info("%s: %s/%s", p.step, p.done, p.total)
+
+    return show
+
+
+class SnapshotOperator(BaseOperator):
+    """Read the cluster from ZooKeeper into <run>/snapshot (read-only; safe to retry)."""
+
+    template_fields: Sequence[str] = ("zk_conn_id", "sizes", "timeout")
+    ui_color = "#e8f4fd"
+
+    def __init__(self, *, zk_conn_id: str = "zookeeper_default", sizes: str | None = None,
+                 timeout: float = 10.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.zk_conn_id = zk_conn_id
+        self.sizes = sizes
+        self.timeout = timeout
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        run = run_folder(context)
+        if (run.snapshot / "manifest.json").is_file():
+            self.log.info("reusing the complete snapshot %s (written by an earlier try)", run.snapshot)
+            m = json.loads((run.snapshot / "manifest.json").read_text())
+            return {"path": str(run.snapshot), "fingerprint": m.get("fingerprint"), "reused": True}
+        target = _zk(self.zk_conn_id)
+        self.log.info("snapshot of %s -> %s", target, run.snapshot)
+        req = api.SnapshotRequest(zk=target.connect, out=run.snapshot, auth=target.auth,
+                                  sizes=Path(self.sizes) if self.sizes else None, timeout=float(self.timeout))
+        out = call("snapshot", api.snapshot, req, progress=_log_progress(self))
+        for w in out.warnings:
+            self.log.warning("snapshot warning: %s", dict(w))
+        return {"path": str(out.path), "fingerprint": out.fingerprint, "counts": dict(out.counts)}
+
+
+class RiskOperator(SparkSubmitOperator):
+    """Drain risk through spark-submit (the Apache Spark provider, connection `spark_default` by default).
+
+    `drains`: broker id lists to assess (rolling order); `all_brokers` / `all_racks` add the sweep;
+    `after_plan=True` also scores the scenarios on the run's plan and writes <run>/risk-after, else <run>/risk.
+    The request is validated in this process first (unknown brokers fail here, with the planner's message,
+    before a JVM starts); the job writes into a temporary folder that becomes the step's folder on success.
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "drains", "mode", "all_brokers",
+                                      "all_racks")
+    ui_color = "#fdf2e8"
+
+    def __init__(self, *, drains: Any = (), mode: str = "both", all_brokers: Any = False, all_racks: Any = False,
+                 after_plan: bool = False, kafka_version: str = "3.7", conn_id: str = "spark_default",
+                 **kwargs: Any) -> None:
+        super().__init__(conn_id=conn_id, name="kplan-drain-risk", **kwargs)
+        self.drains = drains
+        self.mode = mode
+        self.all_brokers = all_brokers
+        self.all_racks = all_racks
+        self.after_plan = after_plan
+        self.kafka_version = kafka_version
+        self.spark_conn_id = conn_id
+
+    def _request(self, run: api.RunFolder, out: Path) -> api.RiskRequest:
+        drains = self.drains
+        if drains and not isinstance(drains[0], list | tuple):
+            drains = [drains]  # one drain set given flat
+        if self.mode not in MODES:
+            raise AirflowFailException(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        return api.RiskRequest(
+            snapshot=run.snapshot, out=out, drains=tuple(_ints(d, "drains") for d in drains if d),
+            all_brokers=bool(self.all_brokers), all_racks=bool(self.all_racks), modes=MODES[self.mode],
+            plan=run.plan if self.after_plan else None, kafka_version=self.kafka_version)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow.sdk import BaseHook
+
+        from kplan_airflow.spark import submit_env
+
+        run = run_folder(context)
+        step = "risk_after" if self.after_plan else "risk"
+        final = run.step(step)
+        if not (final / "summary.json").is_file():
+            req = self._request(run, final)
+            call(step, api.risk_submit, req)  # bad input fails here, before a folder or a JVM exists
+            try:
+                BaseHook.get_connection(self.spark_conn_id)
+            except Exception:
+                raise AirflowFailException(
+                    f"Spark connection {self.spark_conn_id!r} is not defined (the Spark provider would fall back "
+                    "to YARN): define it, e.g. AIRFLOW_CONN_SPARK_DEFAULT='{\"conn_type\": \"spark\", \"host\": "
+                    "\"local[2]\"}' or spark://master:7077") from None
+            inputs = (run.snapshot, run.plan) if self.after_plan else (run.snapshot,)
+            with planner_errors(step), run.step_writer(step, inputs=inputs) as tmp:
+                spec = api.risk_submit(dataclasses.replace(req, out=tmp))
+                self.application = str(spec.application)
+                self.application_args = list(spec.args)
+                self.conf = dict(spec.conf)
+                self._driver_memory = spec.driver_memory
+                self.env_vars = submit_env()
+                self.log.info("risk (%s): %s %s", step, self.application, " ".join(self.application_args))
+                super().execute(context)
+                if not (tmp / "summary.json").is_file():
+                    raise AirflowException(f"the Spark job ended without writing {final}/summary.json")
+        else:
+            self.log.info("reusing the complete %s (written by an earlier try)", final)
+        summary = json.loads((final / "summary.json").read_text())
+        self.log.info("risk level %s (%s)", summary["level"].upper(),
+                      ", ".join(f"{k}: {v}" for k, v in summary["level_by_state"].items()))
+        return {"path": str(final), "level": summary["level"], "level_by_state": summary["level_by_state"]}
+
+
+class DrainPlanOperator(BaseOperator):
+    """OR-Tools plan that empties `brokers` (<run>/plan). Unknown brokers or an infeasible drain fail here."""
+
+    template_fields: Sequence[str] = ("brokers", "exclude_topics", "max_concurrent_per_broker", "sizes")
+    ui_color = "#eefde8"
+
+    def __init__(self, *, brokers: Any, exclude_topics: str | None = None, max_concurrent_per_broker: Any = 5,
+                 sizes: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.brokers = brokers
+        self.exclude_topics = exclude_topics
+        self.max_concurrent_per_broker = max_concurrent_per_broker
+        self.sizes = sizes
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        run = run_folder(context)
+        if (run.plan / "plan.json").is_file():
+            plan = call("plan", api.read_plan, run.plan)
+            self.log.info("reusing the plan %s already in %s (a plan is never replaced)", plan.id, run.plan)
+            return _plan_xcom(plan)
+        req = api.DrainRequest(snapshot=run.snapshot, out=run.plan, brokers=_ints(self.brokers, "brokers"),
+                               exclude_topics=self.exclude_topics or None,
+                               max_concurrent_per_broker=int(self.max_concurrent_per_broker),
+                               sizes=Path(self.sizes) if self.sizes else None)
+        if not req.brokers:
+            raise AirflowFailException("brokers is empty: name at least one broker to drain")
+        out = call("plan", api.plan_drain, req, progress=_log_progress(self))
+        return _plan_xcom(out.plan)
+
+
+class RebalancePlanOperator(BaseOperator):
+    """OR-Tools rebalance within a move / bytes budget (<run>/plan)."""
+
+    template_fields: Sequence[str] = ("max_moves", "max_bytes", "exclude_topics", "max_concurrent_per_broker",
+                                      "sizes")
+    ui_color = "#eefde8"
+
+    def __init__(self, *, max_moves: Any = None, max_bytes: Any = None, exclude_topics: str | None = None,
+                 max_concurrent_per_broker: Any = 5, sizes: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_moves = max_moves
+        self.max_bytes = max_bytes
+        self.exclude_topics = exclude_topics
+        self.max_concurrent_per_broker = max_concurrent_per_broker
+        self.sizes = sizes
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        run = run_folder(context)
+        if (run.plan / "plan.json").is_file():
+            plan = call("plan", api.read_plan, run.plan)
+            self.log.info("reusing the plan %s already in %s (a plan is never replaced)", plan.id, run.plan)
+            return _plan_xcom(plan)
+        req = api.RebalanceRequest(snapshot=run.snapshot, out=run.plan, max_moves=_opt_int(self.max_moves),
+                                   max_bytes=_opt_int(self.max_bytes), exclude_topics=self.exclude_topics or None,
+                                   max_concurrent_per_broker=int(self.max_concurrent_per_broker),
+                                   sizes=Path(self.sizes) if self.sizes else None)
+        out = call("plan", api.plan_rebalance, req, progress=_log_progress(self))
+        return _plan_xcom(out.plan)
+
+
+def _plan_xcom(plan: api.Plan) -> dict[str, Any]:
+    s = plan.summary
+    return {"path": str(plan.path), "plan_id": plan.id, "kind": plan.kind, "moves": len(plan.moves),
+            "replica_moves": s.get("replica_moves"), "bytes_moved": s.get("bytes_moved"),
+            "batches": len(plan.batches)}
+
+
+def _level_rank(level: str | None) -> int:
+    return LEVELS.index(level) if level in LEVELS else len(LEVELS)
+
+
+def plan_url(dag_id: str, run_id: str) -> str | None:
+    """The plan page (served by the review plugin on the API server)."""
+    from airflow.sdk import conf
+
+    base = (conf.get("api", "base_url", fallback=None) or "").rstrip("/")
+    return f"{base}/kafka-plans/runs/{runs.run_key(dag_id)}/{runs.run_key(run_id)}" if base else None
+
+
+class PublishOperator(BaseOperator):
+    """Publish the plan for review: review.json in the run folder (the plan list reads it) and, as XCom, the
+    approval's subject and Markdown body (plan summary, risk before/after, link to the plan page).
+
+    Approval is required unless `require_approval` is false, or, when auto-approve limits are given (the
+    nightly rebalance), the plan is within every one of them: moves, bytes, and the worst risk level on the
+    plan's target. A plan with no moves skips the rest of the run: there is nothing to apply."""
+
+    template_fields: Sequence[str] = ("require_approval", "auto_approve_max_moves", "auto_approve_max_bytes",
+                                      "auto_approve_max_risk")
+    ui_color = "#f5e8fd"
+
+    def __init__(self, *, require_approval: Any = True, auto_approve_max_moves: Any = None,
+                 auto_approve_max_bytes: Any = None, auto_approve_max_risk: str | None = None,
+                 approval_task_id: str = "approve", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.require_approval = require_approval
+        self.auto_approve_max_moves = auto_approve_max_moves
+        self.auto_approve_max_bytes = auto_approve_max_bytes
+        self.auto_approve_max_risk = auto_approve_max_risk
+        self.approval_task_id = approval_task_id
+
+    def _review_reason(self, plan: api.Plan, after_level: str | None) -> str | None:
+        """None when the plan may be applied without a person; else why a person must look."""
+        limits = (self.auto_approve_max_moves, self.auto_approve_max_bytes, self.auto_approve_max_risk)
+        if all(v in (None, "") for v in limits):
+            return "every plan of this DAG is reviewed" if _truthy(self.require_approval) else None
+        reasons = []
+        moves = plan.summary.get("replica_moves") or 0
+        nbytes = plan.summary.get("bytes_moved")
+        if _opt_int(self.auto_approve_max_moves) is not None and moves > int(self.auto_approve_max_moves):
+            reasons.append(f"{moves} replica moves > auto-approve limit {self.auto_approve_max_moves}")
+        if _opt_int(self.auto_approve_max_bytes) is not None and (nbytes is None or nbytes > int(self.auto_approve_max_bytes)):
+            reasons.append(f"{'unknown' if nbytes is None else nbytes} bytes to move > auto-approve limit "
+                           f"{self.auto_approve_max_bytes}")
+        if self.auto_approve_max_risk and _level_rank(after_level) > _level_rank(self.auto_approve_max_risk):
+            reasons.append(f"risk after the plan is {str(after_level).upper()} (auto-approve up to "
+                           f"{self.auto_approve_max_risk.upper()})")
+        return "; ".join(reasons) or None
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from kplan_airflow import summary as sm
+
+        run = run_folder(context)
+        plan = call("publish", api.read_plan, run.plan)
+        before = runs.read_json(run.risk / "summary.json")
+        after = runs.read_json(run.risk_after / "summary.json")
+        pairs = sm.scenario_pairs(after, before)
+        after_level = (after or {}).get("level_by_state", {}).get("plan")
+        before_level = (after or before or {}).get("level_by_state", {}).get("current")
+        dag_id, run_id = context["dag"].dag_id, context["run_id"]
+        url = plan_url(dag_id, run_id)
+        record = {"dag_id": dag_id, "run_id": run_id, "run_key": runs.run_key(run_id), "kind": plan.kind,
+                  "plan_id": plan.id, "brokers": list(plan.drained_brokers),
+                  "replica_moves": plan.summary.get("replica_moves"), "bytes_moved": plan.summary.get("bytes_moved"),
+                  "risk_before": before_level, "risk_after": after_level,
+                  "created": (plan.snapshot or {}).get("taken_at"), "approval_task_id": self.approval_task_id}
+        if not plan.moves:
+            runs.update_review(run, **record, status="nothing to do")
+            raise AirflowSkipException(f"plan {plan.id} has no moves: the cluster is already as asked; "
+                                       "nothing to review or apply")
+        reason = self._review_reason(plan, after_level)
+        runs.update_review(run, **record, status="awaiting approval" if reason else "auto-approved",
+                           review_reason=reason)
+        subject = f"{sm.title(plan)}: apply plan {plan.id[7:19]}? ({plan.summary.get('replica_moves')} replica moves)"
+        body = sm.approval_body(plan, pairs, url, reason)
+        self.log.info("%s\n%s", subject, sm.text_report(plan, pairs))
+        return {"plan_id": plan.id, "subject": subject, "body": body, "require_approval": bool(reason),
+                "reason": reason, "url": url}
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "0", "false", "no", "off", "none")
+    return bool(value)
+
+
+class PlanApprovalOperator(ApprovalOperator):
+    """Airflow's ApprovalOperator (Approve / Reject; Reject, or no answer within `response_timeout`, skips
+    apply and everything after it), skipped when the publish step says no review is needed."""
+
+    template_fields: Sequence[str] = (*ApprovalOperator.template_fields, "require_approval")
+
+    def __init__(self, *, require_approval: Any = True, **kwargs: Any) -> None:
+        kwargs.setdefault("defaults", "Reject")
+        super().__init__(**kwargs)
+        self.require_approval = require_approval
+
+    def execute(self, context: Context) -> Any:
+        if not _truthy(self.require_approval):
+            self.log.info("no review needed for this plan (see the publish task): approved without waiting")
+            runs.update_review(run_folder(context), status="auto-approved", approved_by="auto")
+            return {"chosen_options": [self.APPROVE], "auto": True}
+        return super().execute(context)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        chosen = (event or {}).get("chosen_options") or []
+        user = (event or {}).get("responded_by_user")
+        who = user.get("name") if isinstance(user, dict) else user
+        if "error" in (event or {}):
+            runs.update_review(run_folder(context), status="rejected (no answer in time)")
+        else:
+            approved = chosen == [self.APPROVE]
+            runs.update_review(run_folder(context), status="approved" if approved else "rejected",
+                               **{"approved_by" if approved else "rejected_by": who})
+        return super().execute_complete(context, event)
+
+
+class ApplyOperator(BaseOperator):
+    """Apply exactly the reviewed plan (planner.api.apply: lock, preflight, throttles, batches). Never retried
+    by Airflow: a second apply of the same plan resumes where the first stopped, so run it again by hand
+    (clear the task) once the cause is understood. Runs in the apply pool (one apply at a time)."""
+
+    template_fields: Sequence[str] = ("zk_conn_id", "throttle", "max_concurrent_per_broker")
+    ui_color = "#fde8e8"
+
+    def __init__(self, *, zk_conn_id: str = "zookeeper_default", throttle: Any = None,
+                 max_concurrent_per_broker: Any = None, publish_task_id: str = "publish", **kwargs: Any) -> None:
+        kwargs["retries"] = 0
+        kwargs.setdefault("pool", runs.apply_pool())
+        super().__init__(**kwargs)
+        self.zk_conn_id = zk_conn_id
+        self.throttle = throttle
+        self.max_concurrent_per_broker = max_concurrent_per_broker
+        self.publish_task_id = publish_task_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        run = run_folder(context)
+        plan = call("apply", api.read_plan, run.plan)
+        published = (context["ti"].xcom_pull(task_ids=self.publish_task_id) or {}).get("plan_id")
+        if published != plan.id:
+            raise AirflowFailException(str(SafetyRefusal(
+                f"the plan in {run.plan} is {plan.id}, but the plan reviewed in this run was {published}: "
+                "refusing to apply a plan nobody approved")))
+        target = _zk(self.zk_conn_id)
+        fields = {"zk": target.connect, "plan": run.plan, "out": run.apply, "auth": target.auth,
+                  "throttle": _opt_int(self.throttle),
+                  "max_concurrent_per_broker": _opt_int(self.max_concurrent_per_broker)}
+        req = _request(api.ApplyRequest, fields)
+        runs.update_review(run, status="applying")
+        try:
+            out = call("apply", api.apply, req, progress=_log_progress(self))
+        except BaseException:
+            runs.update_review(run, status="apply failed")
+            raise
+        runs.update_review(run, status="applied", apply_state=out.state)
+        self.log.info("apply of %s: %s (%s/%s batches)", out.plan_id, out.state, out.batches_done, out.batches_total)
+        return {"plan_id": out.plan_id, "state": out.state, "batches_done": out.batches_done,
+                "batches_total": out.batches_total}
+
+
+def _request(cls: type[T], fields: dict[str, Any]) -> T:
+    """Build a request from the fields it declares (None means: the library's default)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in fields.items() if k in names and v is not None})
+
+
+class VerifyOperator(BaseOperator):
+    """Wait until the cluster matches the plan (planner.api.verify); fails, naming the stalled partitions,
+    when it does not within `timeout` seconds. Read-only apart from removing the run's own throttles."""
+
+    template_fields: Sequence[str] = ("zk_conn_id", "timeout")
+    ui_color = "#e8fdf5"
+
+    def __init__(self, *, zk_conn_id: str = "zookeeper_default", timeout: Any = 600, **kwargs: Any) -> None:
+        kwargs.setdefault("pool", runs.apply_pool())
+        super().__init__(**kwargs)
+        self.zk_conn_id = zk_conn_id
+        self.timeout = timeout
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        run = run_folder(context)
+        target = _zk(self.zk_conn_id)
+        # report.json goes to the run folder (the library's default for a plan in <run>/plan)
+        req = _request(api.VerifyRequest, {"zk": target.connect, "plan": run.plan, "timeout": float(self.timeout),
+                                           "auth": target.auth})
+        runs.update_review(run, status="verifying")
+        out = call("verify", api.verify, req, progress=_log_progress(self))
+        if not out.converged:
+            runs.update_review(run, status="not converged")
+            pending = ", ".join(f"{t}-{p}" for t, p in out.pending[:20])
+            raise AirflowFailException(f"the cluster did not converge to plan {out.plan_id} within "
+                                       f"{self.timeout} s; pending: {pending or 'see report.json'}")
+        runs.update_review(run, status="verified")
+        return {"plan_id": out.plan_id, "converged": out.converged}
+
+
+class ReportOperator(BaseOperator):
+    """Log the run's outcome (report.json from verify, the plan's figures) and close the review record."""
+
+    ui_color = "#f0f0f0"
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from kplan_airflow import summary as sm
+
+        run = run_folder(context)
+        plan = call("report", api.read_plan, run.plan)
+        report = runs.read_json(run.report) or {}
+        self.log.info("%s\nverification: %s", sm.text_report(plan, []), json.dumps(report, indent=1, default=str))
+        runs.update_review(run, status="done", report=str(run.report) if report else None)
+        keys = ("converged", "partitions_converged", "partitions_total", "offline", "under_replicated",
+                "seconds_to_converge")
+        return {"plan_id": plan.id, **{k: report[k] for k in keys if k in report}}
+
+
+class IdleCheckOperator(BaseOperator):
+    """Skip the rest of the run (cleanly: skipped, not failed) when the cluster is busy: a reassignment in
+    flight in the run's snapshot, or a run of one of `busy_dag_ids` (the drain DAG) queued or running."""
+
+    template_fields: Sequence[str] = ("busy_dag_ids",)
+
+    def __init__(self, *, busy_dag_ids: Sequence[str] = (), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.busy_dag_ids = busy_dag_ids
+
+    def execute(self, context: Context) -> None:
+        run = run_folder(context)
+        manifest = runs.read_json(run.snapshot / "manifest.json")
+        if manifest is None:
+            raise AirflowFailException(f"{run.snapshot}/manifest.json is missing: no snapshot to check")
+        inflight = manifest.get("reassignment_in_flight") or []
+        if inflight:
+            names = ", ".join(f"{e['topic']}-{e['partition']}" for e in inflight[:10])
+            raise AirflowSkipException(f"a reassignment is in flight ({len(inflight)} partitions: {names}): "
+                                       "not planning a rebalance on a moving cluster")
+        ti = context["ti"]
+        for dag_id in self.busy_dag_ids:
+            n = ti.get_dr_count(dag_id=dag_id, states=["queued", "running"])
+            if n:
+                raise AirflowSkipException(f"{n} run(s) of {dag_id} queued or running: a drain is in flight")
+        self.log.info("cluster idle: no reassignment in flight, no drain running")

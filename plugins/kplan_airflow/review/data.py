@@ -1,0 +1,173 @@
+"""What the review pages show, read from the run folders under `[kplan] runs_root` (no database, no
+Airflow imports): the plan list (review.json + the plan model) and one plan's page data. Plans are read
+with planner.api.read_plan, which checks the plan's id and files; a folder that does not pass is listed
+with its error, never shown as a plan."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from kplan_airflow import runs
+from kplan_airflow import summary as sm
+from planner import api
+from planner.api import PlannerError
+
+_KEY = re.compile(r"^[A-Za-z0-9._-]+$")
+DOWNLOADS = ("reassignment.json", "rollback.json", "plan.json")
+
+
+class NotFound(LookupError):
+    pass
+
+
+def _run_dir(root: Path, dag_key: str, run_key: str) -> Path:
+    if not (_KEY.match(dag_key) and _KEY.match(run_key)) or ".." in (dag_key, run_key):
+        raise NotFound("no such run")
+    path = root / dag_key / run_key
+    if not path.is_dir():
+        raise NotFound(f"no run {dag_key}/{run_key}")
+    return path
+
+
+def _status(folder: api.RunFolder, review: dict[str, Any]) -> str:
+    progress = runs.read_json(folder.apply / "progress.json")
+    status = review.get("status")
+    if status == "applying" and progress:
+        return f"applying ({progress.get('units_done', 0)}/{progress.get('units_total', '?')} batches)"
+    if status:
+        return str(status)
+    return "planned" if (folder.plan / "plan.json").is_file() else "planning"
+
+
+def list_plans(root: Path) -> list[dict[str, Any]]:
+    """Every run folder with a plan or a review record, newest first."""
+    out = []
+    if not root.is_dir():
+        return out
+    for dag_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for run_dir in (p for p in dag_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            folder = api.RunFolder(run_dir)
+            review = runs.read_json(run_dir / runs.REVIEW) or {}
+            if not review and not (folder.plan / "plan.json").is_file():
+                continue
+            row: dict[str, Any] = {
+                "dag_key": dag_dir.name, "run_key": run_dir.name, "dag_id": review.get("dag_id", dag_dir.name),
+                "run_id": review.get("run_id", run_dir.name), "status": _status(folder, review),
+                "risk_before": review.get("risk_before"), "risk_after": review.get("risk_after"),
+                "created": review.get("created"), "approval_task_id": review.get("approval_task_id", "approve"),
+            }
+            try:
+                plan = api.read_plan(folder.plan)
+            except PlannerError as e:
+                row.update(error=str(e), kind=review.get("kind"))
+            else:
+                row.update(kind=plan.kind, plan_id=plan.id, brokers=list(plan.drained_brokers),
+                           moves=plan.summary.get("replica_moves"), partitions=plan.summary.get("partitions_moved"),
+                           bytes=plan.summary.get("bytes_moved"), bytes_h=sm.human_bytes(plan.summary.get("bytes_moved")),
+                           created=row["created"] or (plan.snapshot or {}).get("taken_at"))
+            row["mtime"] = run_dir.stat().st_mtime
+            out.append(row)
+    out.sort(key=lambda r: r["mtime"], reverse=True)
+    return out
+
+
+def _per_broker(plan: api.Plan) -> dict[str, Any]:
+    b = plan.brokers
+    return {
+        "ids": list(b.ids), "racks": list(b.racks), "drained": list(b.drained), "alive": list(b.alive),
+        "replicas_before": list(plan.before.get("replicas", [])), "replicas_after": list(plan.after.get("replicas", [])),
+        "leaders_before": list(plan.before.get("preferred_leaders", [])),
+        "leaders_after": list(plan.after.get("preferred_leaders", [])),
+        "bytes_before": list(plan.before.get("bytes") or []), "bytes_after": list(plan.after.get("bytes") or []),
+    }
+
+
+def progress(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
+    folder = api.RunFolder(_run_dir(root, dag_key, run_key))
+    review = runs.read_json(folder.root / runs.REVIEW) or {}
+    return {"status": _status(folder, review),
+            "apply": runs.read_json(folder.apply / "progress.json"),
+            "apply_outcome": runs.read_json(folder.apply / "outcome.json"),
+            "verify": runs.read_json(folder.verify / "progress.json"),
+            "report": runs.read_json(folder.report)}
+
+
+def plan_page(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
+    """Everything the plan page shows except the move rows (moves() pages through those)."""
+    run_dir = _run_dir(root, dag_key, run_key)
+    folder = api.RunFolder(run_dir)
+    review = runs.read_json(run_dir / runs.REVIEW) or {}
+    try:
+        plan = api.read_plan(folder.plan)
+    except PlannerError as e:
+        return {"dag_key": dag_key, "run_key": run_key, "review": review, "error": str(e)}
+    before = runs.read_json(folder.risk / "summary.json")
+    after = runs.read_json(folder.risk_after / "summary.json")
+    sizes = {(m.topic, m.partition): m.bytes for m in plan.moves}
+    batches = []
+    for b in plan.batches:
+        known = [sizes.get(k) for k in b.partitions]
+        nbytes = sum(x for x in known if x) if b.kind == "data" and None not in known else None
+        batches.append({"index": b.index, "kind": b.kind, "partitions": len(b.partitions), "bytes": nbytes,
+                        "file": f"batch-{b.index:03d}.json"})
+    return {
+        "dag_key": dag_key, "run_key": run_key, "review": review, "title": sm.title(plan),
+        "figures": sm.plan_figures(plan), "summary": dict(plan.summary),
+        "scenarios": sm.scenario_pairs(after, before),
+        "risk_levels": {"before": (after or before or {}).get("level_by_state", {}).get("current"),
+                        "after": (after or {}).get("level_by_state", {}).get("plan")},
+        "brokers": _per_broker(plan), "batches": batches, "moves_total": len(plan.moves),
+        "snapshot": dict(plan.snapshot), "parameters": json.loads(json.dumps(dict(plan.parameters), default=str)),
+        "progress": progress(root, dag_key, run_key),
+    }
+
+
+def moves(root: Path, dag_key: str, run_key: str, q: str = "", limit: int = 500, offset: int = 0
+          ) -> dict[str, Any]:
+    """Move rows matching `q` (words; each must match the topic, `topic-partition`, the kind, or a broker id
+    in the from/to lists; `broker:3` matches moves touching broker 3)."""
+    plan = api.read_plan(api.RunFolder(_run_dir(root, dag_key, run_key)).plan)
+    words = [w.lower() for w in q.split() if w]
+
+    def match(m: api.Move, w: str) -> bool:
+        if w.startswith("broker:"):
+            try:
+                b = int(w[7:])
+            except ValueError:
+                return False
+            return b in m.from_replicas or b in m.to_replicas
+        return (w in m.topic.lower() or w == f"{m.topic}-{m.partition}".lower() or w == m.kind
+                or (w.isdigit() and (int(w) in m.from_replicas or int(w) in m.to_replicas)))
+
+    rows = [m for m in plan.moves if all(match(m, w) for w in words)]
+    page = rows[offset:offset + max(1, min(limit, 5000))]
+    return {"total": len(plan.moves), "matched": len(rows), "offset": offset,
+            "moves": [{"topic": m.topic, "partition": m.partition, "from": list(m.from_replicas),
+                       "to": list(m.to_replicas), "bytes": m.bytes, "kind": m.kind} for m in page]}
+
+
+def download(root: Path, dag_key: str, run_key: str, name: str) -> tuple[bytes, str]:
+    """(content, file name) of a plan file or a batch's reassignment file."""
+    folder = api.RunFolder(_run_dir(root, dag_key, run_key))
+    if name in DOWNLOADS:
+        path = folder.plan / name
+        if not path.is_file():
+            raise NotFound(f"{name} is missing")
+        return path.read_bytes(), name
+    m = re.fullmatch(r"batch-(\d{3,6})\.json", name)
+    if not m:
+        raise NotFound(f"no file {name}")
+    path = folder.plan / name
+    if path.is_file():
+        return path.read_bytes(), name
+    plan = api.read_plan(folder.plan)
+    index = int(m.group(1))
+    batch = next((b for b in plan.batches if b.index == index), None)
+    if batch is None:
+        raise NotFound(f"plan {plan.id} has no batch {index}")
+    doc = {"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": list(r)}
+                                        for (t, p), r in zip(batch.partitions, batch.replicas, strict=True)]}
+    return (json.dumps(doc, separators=(",", ":")) + "\n").encode(), name

@@ -1,0 +1,129 @@
+"""What a reviewer reads: the plan's figures and the drain risk before/after per scenario, as data (the
+review pages' JSON), as Markdown (the approval's body) and as text (the demo's printout). Pure functions of
+the plan model and the risk summaries (`summary.json`, kplan-risk/1); no Airflow imports."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+COUNTS = ("offline", "under_min_isr", "at_min_isr", "under_replicated", "unclean_taken", "rf1_hit")
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "unknown"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def _key(s: Mapping[str, Any]) -> tuple:
+    return (s.get("kind"), s.get("mode"), tuple(s.get("brokers") or ()), s.get("rack"), s.get("sequence"),
+            s.get("step"))
+
+
+def _figures(s: Mapping[str, Any]) -> dict[str, Any]:
+    return {"level": s.get("level"), **{k: s.get(k) for k in COUNTS}}
+
+
+def scenario_pairs(risk_after: Mapping[str, Any] | None, risk_before: Mapping[str, Any] | None = None
+                   ) -> list[dict[str, Any]]:
+    """One row per scenario: its figures now ("before") and on the plan's target ("after").
+
+    `risk_after` is the summary of the risk run made with the plan (it holds both states); scenarios only
+    in `risk_before` (the sweep, when the run asked for it) come with before figures only."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    for summary, state_filter in ((risk_after, None), (risk_before, "current")):
+        for s in (summary or {}).get("scenarios", []):
+            state = s.get("state", "current")
+            if state_filter and state != state_filter:
+                continue
+            row = rows.setdefault(_key(s), {"name": s["name"].removeprefix("after plan: "), "kind": s.get("kind"),
+                                            "mode": s.get("mode"), "brokers": list(s.get("brokers") or []),
+                                            "rack": s.get("rack"), "before": None, "after": None})
+            slot = "after" if state == "plan" else "before"
+            if row[slot] is None:
+                row[slot] = _figures(s)
+    order = {"drain": 0, "rack": 1, "broker": 2}
+    return sorted(rows.values(), key=lambda r: (r["after"] is None, order.get(r["kind"], 3), r["name"]))
+
+
+def plan_figures(plan: Any) -> dict[str, Any]:
+    """The headline figures of a planner.api.Plan."""
+    s = plan.summary
+    data_batches = sum(1 for b in plan.batches if b.kind == "data")
+    return {
+        "plan_id": plan.id, "kind": plan.kind, "drained": list(plan.drained_brokers),
+        "replica_moves": s.get("replica_moves"), "partitions_moved": s.get("partitions_moved"),
+        "bytes_moved": s.get("bytes_moved"), "lower_bound_moves": s.get("lower_bound_moves"),
+        "leadership_changes": s.get("leadership_changes"), "leader_only_partitions": s.get("leader_only_partitions"),
+        "replica_spread": [plan.before.get("replica_spread"), plan.after.get("replica_spread")],
+        "leader_spread": [plan.before.get("leader_spread"), plan.after.get("leader_spread")],
+        "batches": len(plan.batches), "data_batches": data_batches,
+        "leadership_batches": len(plan.batches) - data_batches,
+        "max_concurrent_per_broker": plan.parameters.get("max_concurrent_per_broker"),
+        "warnings": list(plan.warnings),
+    }
+
+
+def title(plan: Any) -> str:
+    if plan.kind == "drain":
+        return f"Drain of broker(s) {', '.join(map(str, plan.drained_brokers))}"
+    return "Rebalance"
+
+
+def _cell(f: Mapping[str, Any] | None) -> str:
+    if not f:
+        return "—"
+    parts = [f"{k.replace('_', ' ')} {f[k]}" for k in ("offline", "under_min_isr", "under_replicated") if f.get(k)]
+    return f"**{str(f['level']).upper()}**" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def approval_body(plan: Any, pairs: list[dict[str, Any]], url: str | None, reason: str | None = None,
+                  limit: int = 12) -> str:
+    """Markdown for the ApprovalOperator: plan summary, risk before/after, link to the plan page."""
+    f = plan_figures(plan)
+    lines = [
+        f"### {title(plan)}: plan `{plan.id[:19]}…`",
+        "",
+        f"- replica moves: **{f['replica_moves']}** ({f['partitions_moved']} partitions, "
+        f"{human_bytes(f['bytes_moved'])}); lower bound {f['lower_bound_moves']}",
+        f"- leadership changes: {f['leadership_changes']} ({f['leader_only_partitions']} reorders without data)",
+        f"- replica spread {f['replica_spread'][0]} → {f['replica_spread'][1]}, preferred-leader spread "
+        f"{f['leader_spread'][0]} → {f['leader_spread'][1]}",
+        f"- batches: {f['leadership_batches']} leadership + {f['data_batches']} data "
+        f"(at most {f['max_concurrent_per_broker']} moves per broker at a time)",
+    ]
+    for w in f["warnings"]:
+        lines.append(f"- ⚠ {w}")
+    if reason:
+        lines += ["", f"Review needed: {reason}"]
+    lines += ["", "| scenario | before | after the plan |", "|---|---|---|"]
+    for row in pairs[:limit]:
+        lines.append(f"| {row['name']} | {_cell(row['before'])} | {_cell(row['after'])} |")
+    if len(pairs) > limit:
+        lines.append(f"| … {len(pairs) - limit} more on the plan page | | |")
+    if url:
+        lines += ["", f"[Open the plan page]({url}) (moves, batches, charts, reassignment.json / rollback.json)"]
+    lines += ["", "**Approve** applies exactly this plan; **Reject** (or no answer in time) ends the run with "
+              "nothing applied."]
+    return "\n".join(lines)
+
+
+def text_report(plan: Any, pairs: list[dict[str, Any]]) -> str:
+    """Plain text for a terminal (the demo)."""
+    f = plan_figures(plan)
+    out = [f"{title(plan)}: plan {plan.id}",
+           f"  replica moves {f['replica_moves']} ({f['partitions_moved']} partitions, "
+           f"{human_bytes(f['bytes_moved'])}; lower bound {f['lower_bound_moves']})",
+           f"  leadership changes {f['leadership_changes']}; replica spread {f['replica_spread'][0]} -> "
+           f"{f['replica_spread'][1]}; leader spread {f['leader_spread'][0]} -> {f['leader_spread'][1]}",
+           f"  batches {f['leadership_batches']} leadership + {f['data_batches']} data", "",
+           f"  {'scenario':<34} {'before':<34} after the plan"]
+    for row in pairs:
+        out.append(f"  {row['name']:<34} {_cell(row['before']).replace('**', ''):<34} "
+                   f"{_cell(row['after']).replace('**', '')}")
+    return "\n".join(out)

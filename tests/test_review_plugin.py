@@ -1,0 +1,138 @@
+"""The "Kafka plans" plugin on Airflow's API app (FastAPI TestClient): refused without credentials (401) or with
+a bad token (403); with a user's token, the plan list, the plan page and their JSON, the move filter, the
+plan's files and batch files, plotly.js served by the plugin itself. The run folder holds a real plan made
+by planner.api from a snapshot of a cluster in a real ZooKeeper."""
+
+from __future__ import annotations
+
+import json
+
+import airflow_support as af
+import pytest
+from kplan_airflow import runs
+
+from planner import api, loader
+
+DAG, RUN = "kafka_broker_drain", "manual__2026-01-01T02:00:00+00:00"
+CLUSTER = {
+    "brokers": [{"id": i, "rack": f"r{i % 3}"} for i in range(1, 7)],
+    "topics": [
+        {"name": "orders", "partitions": [{"replicas": [1 + i % 6, 1 + (i + 1) % 6, 1 + (i + 2) % 6],
+                                           "size_bytes": 1000 * (i + 1)} for i in range(24)]},
+        {"name": "legacy", "partitions": [{"replicas": [1], "size_bytes": 5000}, {"replicas": [2], "size_bytes": 7000}]},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory, zk_server):
+    base = tmp_path_factory.mktemp("review_plugin")
+    from planner import zk as zkmod
+
+    connect = zk_server.connect_string + "/review_plugin"
+    root = zkmod.connect(zk_server.connect_string)
+    root.ensure_path("/review_plugin")
+    root.stop()
+    client = zkmod.connect(connect)  # the brokers' registrations live as long as this session
+    try:
+        loader.load_cluster(client, CLUSTER)
+        with af.airflow_env(base / "home"):
+            folder = runs.run_folder(DAG, RUN)
+            api.snapshot(api.SnapshotRequest(zk=connect, out=folder.snapshot))
+            yield _publish(folder)
+    finally:
+        client.stop()
+        client.close()
+
+
+def _publish(folder) -> dict:
+    """A drain plan of broker 1 as the DAG's plan task makes it, its review record, and a broken run."""
+    plan = api.plan_drain(api.DrainRequest(snapshot=folder.snapshot, out=folder.plan, brokers=(1,),
+                                           max_concurrent_per_broker=2)).plan
+    runs.update_review(folder, dag_id=DAG, run_id=RUN, run_key=runs.run_key(RUN), kind="drain",
+                       plan_id=plan.id, status="awaiting approval", approval_task_id="approve")
+    broken = runs.run_folder(DAG, "manual__broken")
+    broken.plan.mkdir(parents=True)
+    (broken.plan / "plan.json").write_text("{not json")
+    return {"api": af.local.ApiClient(af.PASSWORD), "plan": plan, "folder": folder}
+
+
+def test_refused_without_credentials(plugin):
+    raw = plugin["api"].client
+    for path in ("/kafka-plans/", "/kafka-plans/api/plans", f"/kafka-plans/runs/{DAG}/{runs.run_key(RUN)}",
+                 "/kafka-plans/static/plotly.min.js", f"/kafka-plans/runs/{DAG}/{runs.run_key(RUN)}/files/plan.json"):
+        assert raw.get(path).status_code == 401, path
+        assert raw.get(path, headers={"Authorization": "Bearer not-a-token"}).status_code == 403, path
+        assert raw.get(path, cookies={"_token": "forged"}).status_code == 403, path
+
+
+def test_plan_list_json_and_page(plugin):
+    c, plan = plugin["api"], plugin["plan"]
+    r = c.get("/kafka-plans/api/plans")
+    assert r.status_code == 200
+    rows = {row["run_key"]: row for row in r.json()["plans"]}
+    good = rows[runs.run_key(RUN)]
+    assert good["plan_id"] == plan.id and good["kind"] == "drain" and good["brokers"] == [1]
+    # independent count: replicas on broker 1 in the cluster description
+    on_1 = sum(1 in p["replicas"] for t in CLUSTER["topics"] for p in t["partitions"])
+    assert good["moves"] == on_1 and good["status"] == "awaiting approval"
+    assert "error" in rows["manual__broken"] and "plan_id" not in rows["manual__broken"]
+    page = c.get("/kafka-plans/")
+    assert page.status_code == 200 and plan.id[7:19] in page.text and "approve / reject" in page.text
+    # the cookie the Airflow UI sets reaches the iframe: it is enough on its own
+    assert c.client.get("/kafka-plans/", cookies={"_token": c.token}).status_code == 200
+
+
+def test_plan_page_and_json(plugin):
+    c, plan = plugin["api"], plugin["plan"]
+    key = runs.run_key(RUN)
+    r = c.get(f"/kafka-plans/api/runs/{DAG}/{key}")
+    assert r.status_code == 200
+    d = r.json()
+    assert d["figures"]["plan_id"] == plan.id
+    b = d["brokers"]
+    assert b["ids"] == [1, 2, 3, 4, 5, 6] and b["drained"] == [True] + [False] * 5
+    assert b["replicas_after"][0] == 0 and sum(b["replicas_after"]) == sum(b["replicas_before"])
+    total = sum(len(p["replicas"]) for t in CLUSTER["topics"] for p in t["partitions"])
+    assert sum(b["replicas_before"]) == total
+    assert [x["index"] for x in d["batches"]] == [x.index for x in plan.batches]
+    html = c.get(f"/kafka-plans/runs/{DAG}/{key}")
+    assert html.status_code == 200
+    assert "/kafka-plans/static/plotly.min.js" in html.text and "chart-replicas" in html.text
+    assert "reassignment.json" in html.text and "rollback.json" in html.text
+    assert c.get(f"/kafka-plans/runs/{DAG}/no_such_run").status_code == 404
+    assert c.get(f"/kafka-plans/api/runs/{DAG}/..").status_code == 404
+
+
+def test_move_filter(plugin):
+    c = plugin["api"]
+    url = f"/kafka-plans/api/runs/{DAG}/{runs.run_key(RUN)}/moves"
+    every = c.get(url).json()
+    assert every["matched"] == every["total"] == len(plugin["plan"].moves)
+    legacy = c.get(url, params={"q": "legacy"}).json()
+    assert [(m["topic"], m["partition"]) for m in legacy["moves"]] == [("legacy", 0)]
+    assert legacy["moves"][0]["from"] == [1] and 1 not in legacy["moves"][0]["to"]
+    to_4 = c.get(url, params={"q": "broker:4 orders"}).json()
+    assert to_4["matched"] > 0
+    assert all(4 in m["from"] + m["to"] and m["topic"] == "orders" for m in to_4["moves"])
+    assert c.get(url, params={"q": "no-such-topic"}).json()["matched"] == 0
+
+
+def test_downloads_and_plotly(plugin):
+    c, plan, folder = plugin["api"], plugin["plan"], plugin["folder"]
+    base = f"/kafka-plans/runs/{DAG}/{runs.run_key(RUN)}/files"
+    for name in ("reassignment.json", "rollback.json", "plan.json"):
+        r = c.get(f"{base}/{name}")
+        assert r.status_code == 200 and r.content == (folder.plan / name).read_bytes()
+        assert "attachment" in r.headers["content-disposition"]
+    last = plan.batches[-1]
+    doc = c.get(f"{base}/batch-{last.index:03d}.json").json()
+    assert doc["version"] == 1
+    assert [(p["topic"], p["partition"], tuple(p["replicas"])) for p in doc["partitions"]] == [
+        (t, p, r) for (t, p), r in zip(last.partitions, last.replicas, strict=True)]
+    for bad in ("solve.json", "..%2Fsnapshot%2Fmanifest.json", "batch-999.json"):
+        assert c.get(f"{base}/{bad}").status_code == 404, bad
+    js = c.get("/kafka-plans/static/plotly.min.js")
+    assert js.status_code == 200 and len(js.content) > 1_000_000 and b"plotly" in js.content[:2000].lower()
+    assert js.headers["content-type"].startswith("application/javascript")
+    assert json.loads(c.get("/kafka-plans/api/plans").text)["runs_root"] == str(runs.runs_root())
