@@ -4,7 +4,7 @@
 
 Sandbox + Airflow on SQLite + a real `airflow api-server`; the drain DAG runs with dag.test() and, while its
 approval waits, headless Chromium photographs the Required Actions page, then approves through the API; then
-the plan page, the plan list inside the Airflow UI (Browse -> Kafka plans) and the trigger form.
+the plan page and the plan list inside the Airflow UI (Browse -> Kafka plans).
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ def main() -> int:
             page = f"{base}/kafka-plans/runs/kafka_broker_drain/{runs.run_key(dr.run_id)}"
             shoot("kafka-plan-page.png", page, height=2000)
             shoot("kafka-plans-in-airflow.png", f"{base}/plugin/kafka-plans", settle=6, height=700)
-            shoot("airflow-drain-form.png", f"{base}/dags/kafka_broker_drain/trigger", settle=6, height=1100)
     finally:
         sandbox.down()
     return 0

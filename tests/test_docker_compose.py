@@ -185,3 +185,23 @@ def test_dockerfile_installs_the_project_non_editable_with_java(services):
         assert allowed, f"the .dockerignore hides {item} from the build"
     for name in ("spark-master", "spark-worker"):
         assert services[name]["entrypoint"][-1] == "spark-class", "Spark from the pyspark wheel in the image"
+
+
+def test_the_install_carries_the_airflow_package_and_its_provider_entry_point():
+    """The image installs the project non-editable: kplan_airflow (under plugins/) must be a package of the
+    distribution, with its templates, and the provider entry point must name a module of it."""
+    import glob
+
+    from setuptools import find_packages
+
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    find = conf["tool"]["setuptools"]["packages"]["find"]
+    found = {p for where in find["where"] for p in find_packages(where=str(ROOT / where), include=find["include"])}
+    assert {"planner", "planner.jobs", "kplan_airflow", "kplan_airflow.review"} <= found
+    data = conf["tool"]["setuptools"]["package-data"]["kplan_airflow"]
+    templates = {Path(f).name for pat in data for f in glob.glob(str(ROOT / "plugins" / "kplan_airflow" / pat))}
+    assert {"base.html", "plan.html", "plans.html"} <= templates
+    entry = conf["project"]["entry-points"]["apache_airflow_provider"]["provider_info"]
+    module, func = entry.split(":")
+    assert (ROOT / "plugins" / Path(*module.split("."))).with_suffix(".py").is_file() and func == "get_provider_info"
+    assert "plotly" in {d.split("==")[0] for d in conf["project"]["dependencies"]}, "the review UI serves its plotly.js"

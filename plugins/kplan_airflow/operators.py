@@ -331,10 +331,12 @@ class PublishOperator(BaseOperator):
             raise AirflowSkipException(f"plan {plan.id} has no moves: the cluster is already as asked; "
                                        "nothing to review or apply")
         reason = self._review_reason(plan, after_level)
+        limits = (self.auto_approve_max_moves, self.auto_approve_max_bytes, self.auto_approve_max_risk)
+        shown = reason if any(v not in (None, "") for v in limits) else None  # why auto-approve did not apply
         runs.update_review(run, **record, status="awaiting approval" if reason else "auto-approved",
-                           review_reason=reason)
+                           review_reason=shown)
         subject = f"{sm.title(plan)}: apply plan {plan.id[7:19]}? ({plan.summary.get('replica_moves')} replica moves)"
-        body = sm.approval_body(plan, pairs, url, reason)
+        body = sm.approval_body(plan, pairs, url, shown)
         self.log.info("%s\n%s", subject, sm.text_report(plan, pairs))
         return {"plan_id": plan.id, "subject": subject, "body": body, "require_approval": bool(reason),
                 "reason": reason, "url": url}

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         procs += [start_component(n, env, logs) for n in COMPONENTS[1:]]
         pw = json.loads((root / "airflow" / "passwords.json").read_text())[local.USER]
         print(f"\nAirflow is up: {base}   login: {local.USER} / {pw}   (stored in {root / 'airflow' / 'passwords.json'})")
-        print(f"  trigger a drain: {base}/dags/kafka_broker_drain/trigger   review plans: Browse -> Kafka plans")
+        print(f"  trigger a drain: {base}/dags/kafka_broker_drain (Trigger)   review plans: Browse -> Kafka plans")
         if sandbox:
             print(f"  sandbox: ZooKeeper {sandbox.connect_string}, brokers {sandbox.info.get('brokers')}; sizes file "
                   f"for the form: {sandbox.sizes}")
