@@ -3,7 +3,7 @@ checkout's DAGs and plugin, so a person can trigger a drain from the form and re
 
     python -m kplan_airflow.stack --dir airflow-run [--port 8080]
 
-Everything binds to 127.0.0.1 (the scheduler's log server too). Ctrl-C stops the processes and the sandbox.
+Everything binds to 127.0.0.1 (the scheduler's log server is not started: task logs are read from disk). Ctrl-C stops the processes and the sandbox.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ def start_component(name: str, env: dict[str, str], logs: Path, port: int | None
     """One Airflow component as a child process (its own process group), output to logs/<name>.log."""
     airflow = Path(sys.executable).parent / "airflow"
     cmd = [str(airflow), name] + (["-H", "127.0.0.1", "-p", str(port)] if name == "api-server" else [])
+    if name == "scheduler":
+        # its log server would listen on every interface; the API server reads the task logs from the disk
+        cmd.append("--skip-serve-logs")
     logs.mkdir(parents=True, exist_ok=True)
     out = open(logs / f"{name}.log", "ab")  # noqa: SIM115 (the child owns it)
     return subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
