@@ -1,7 +1,9 @@
-"""The sandbox: emulated Kafka brokers and the ZooKeeper-mode controller on a real ZooKeeper.
+"""The sandbox: a Kafka cluster on a real ZooKeeper, with two engines behind one `Sandbox` class: emulated
+brokers and ZooKeeper-mode controller (daemon.py, controller.py), or real Apache Kafka broker JVMs
+(kafka_engine.py).
 
 It must not import the planner's replay, risk, optimizer or snapshot code: tests compare what the planner
-predicts with what this independent emulation does.
+predicts with what this independent emulation, and the real brokers, do.
 """
 
 from __future__ import annotations

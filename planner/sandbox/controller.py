@@ -11,8 +11,11 @@ cannot write. On failover it loads its whole context from ZooKeeper, as Kafka do
 
 Differences from Kafka that do not change what ZooKeeper ends up holding: work on many partitions is batched
 (one write per partition, many per transaction) instead of one request per partition; state reads come from
-the in-memory context, which a failed conditional write refreshes from ZooKeeper before retrying; brokers
-stopped together are all marked shutting down before the first of them is handled (KAFKA_ZK.md's "set S").
+the in-memory context, which a failed conditional write refreshes from ZooKeeper before retrying. Brokers
+stopped together send their ControlledShutdown requests one after another in the order given, each adding
+only itself to the shutting-down set (as measured on real Kafka 3.9 brokers). Where Kafka's order is a Scala
+hash-map order (the replicas of several brokers failing in one event leave the ISRs one broker at a time),
+the emulation takes them in ascending broker id: one of the orders Kafka may take, not the only one.
 Not emulated: topic deletion (queued topics are only kept out of elections and reassignments), adding
 partitions to existing topics, log-dir failures, topic ids for topics that have none.
 
@@ -459,21 +462,26 @@ class Controller:
         for b in sorted(dead):
             self._remove_replica_from_isr(b, [p for p in self.by_broker.get(b, ()) if p.topic not in self.deleting])
 
-    def controlled_shutdown(self, broker: int, together: Iterable[int] = ()) -> list[Part]:
+    def controlled_shutdown(self, broker: int) -> list[Part]:
         """One ControlledShutdownRequest from `broker` (`doControlledShutdown`); returns the partitions it
-        still leads. Brokers stopped `together` with it are marked shutting down first."""
+        still leads. Each request adds only its own broker to the shutting-down set S, so brokers stopped
+        together are handled one request at a time, in arrival order: a leader can move onto a broker that
+        is stopping too but has not asked yet, and move again when that one asks.
+        The partitions remaining are those with more than one replica still led by the broker (Kafka's
+        `partitionLeadersOnBroker`): an RF=1 partition never makes a controlled shutdown fail, it goes
+        offline when the broker stops."""
         if broker not in self.live:
             raise BrokerNotAvailable(f"broker {broker} is not registered")
-        for b in [broker, *together]:
-            if b in self.live:
-                self.shutting_down.add(b)
+        self.shutting_down.add(broker)
         acted = [p for p in self.by_broker.get(broker, ())
                  if len(p.replicas) > 1 and p.has_state and p.topic not in self.deleting]
         led = sorted((p for p in acted if p.leader == broker), key=lambda p: p.key)
         followed = [p for p in acted if p.leader != broker]
         moved = self._handle_online(led, SHUTDOWN_ELECTION)
+        self.stats["controlled_shutdown_moves"] += len(moved)
         shrunk = self._remove_replica_from_isr(broker, followed)
-        remaining = [p for p in self.by_broker.get(broker, ()) if p.leader == broker and p.topic not in self.deleting]
+        remaining = [p for p in self.by_broker.get(broker, ())
+                     if p.leader == broker and len(p.replicas) > 1 and p.topic not in self.deleting]
         log.info("controlled shutdown of broker %d: %d led partitions moved, %d ISRs shrunk, %d still led",
                  broker, len(moved), len(shrunk), len(remaining))
         return remaining

@@ -325,11 +325,12 @@ class Daemon:
             log.exception("command %s failed", cmd)
             reply.fail("error", f"{cmd} failed: {e!r}")
 
-    def _ids(self, args: dict[str, Any], want_running: bool, allow_stopping: bool = False) -> list[int]:
+    def _ids(self, args: dict[str, Any], want_running: bool, allow_stopping: bool = False,
+             keep_order: bool = False) -> list[int]:
         raw = args.get("brokers")
         if not isinstance(raw, list) or not raw or not all(isinstance(b, int) and not isinstance(b, bool) for b in raw):
             raise BadRequest("give one or more broker ids")
-        ids = sorted(set(raw))
+        ids = list(dict.fromkeys(raw)) if keep_order else sorted(set(raw))
         unknown = [b for b in ids if b not in self.brokers]
         if unknown:
             raise BadRequest(f"unknown broker id(s) {unknown}: this sandbox has brokers {sorted(self.brokers)}")
@@ -389,7 +390,7 @@ class Daemon:
                    lambda: {"killed": ids}, f"the controller did not see brokers {ids} go within the timeout")
 
     def _cmd_stop(self, args: dict[str, Any], reply: Reply) -> None:
-        ids = self._ids(args, want_running=True)
+        ids = self._ids(args, want_running=True, keep_order=True)  # the order the requests arrive in
         log.info("controlled shutdown of brokers %s", ids)
         group = set(ids)
         for b in ids:
@@ -416,13 +417,13 @@ class Daemon:
         ctrl = self.controller
         if ctrl is not None and ctrl.initialized:
             try:
-                together = [g for g in st.group if g in self.stopping]
-                remaining = [p.name for p in ctrl.controlled_shutdown(b, together)]
+                remaining = [p.name for p in ctrl.controlled_shutdown(b)]
             except (BrokerNotAvailable, ControllerMoved) as e:
                 log.info("controlled shutdown request of broker %d failed: %s", b, e)
         st.remaining = remaining
         report[b] = {"attempts": st.attempts, "succeeded": remaining == [],
-                     "still_leading": sorted(remaining) if remaining else []}
+                     "still_leading": sorted(remaining) if remaining else [],
+                     "unclean_shutdown": remaining != [] and st.attempts >= self.timing.shutdown_retries}
         if remaining == []:
             self._finish_stop(b)
         elif st.attempts < self.timing.shutdown_retries:
