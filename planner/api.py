@@ -144,6 +144,7 @@ class RiskRequest:
     modes: tuple[str, ...] = ("controlled", "failure")
     plan: Path | None = None                  # also score the scenarios on this plan's target assignment
     kafka_version: str = "3.7"                # whose min-ISR rule applies
+    session_timeout_s: float = 18.0           # zookeeper.session.timeout.ms: a kill's unavailability window
     master: str | None = None                 # Spark master (default $SPARK_MASTER or local[2])
     driver_memory: str | None = None
     spark_submit: bool = False                # run the job through spark-submit instead of in-process

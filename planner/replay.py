@@ -215,13 +215,24 @@ class Batch:
 
 @dataclass
 class Outcome:
-    """A batch's state after a rule, plus what happened on the way."""
+    """A batch's state after a rule, plus what happened on the way.
+
+    leader_changes: how often the partition's leader changed during the scenario (each controlled-shutdown
+    move, and the election when the brokers stopped); blocks_shutdown: the broker whose controlled shutdown
+    this partition made fail (-1: none); clean_return: for partitions left without a leader, the dead ISR
+    members, one of which the ISR keeps: the partition comes back cleanly when that one returns (when all of
+    them return, surely); order_dependent: several of them could be the one kept (Kafka removes the dead
+    replicas one broker at a time in a hash-map order nobody controls)."""
 
     leader: np.ndarray
     isr: np.ndarray
     has_state: np.ndarray
     unclean_taken: np.ndarray
     live_replica_exists: np.ndarray
+    leader_changes: np.ndarray = None  # type: ignore[assignment]
+    blocks_shutdown: np.ndarray = None  # type: ignore[assignment]
+    clean_return: np.ndarray = None  # type: ignore[assignment]
+    order_dependent: np.ndarray = None  # type: ignore[assignment]
 
 
 def offline_clean_election(replicas: np.ndarray, isr: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -284,35 +295,53 @@ def hard_failure(b: Batch, gone: np.ndarray, live: np.ndarray) -> Outcome:
     leader[new] = new_leader[new]
     isr[new] = new_isr[new]
     has_state = b.has_state | (new & (new_leader >= 0))
-    return Outcome(leader, isr, has_state, unclean, first_live >= 0)
+    # Leaderless afterwards: the ISR (before the dead left it) holds no live broker, and keeps one of its
+    # members; which one depends on Kafka's removal order when several of them died in this event.
+    leaderless = has_state & (leader < 0)
+    clean_return = np.where(leaderless[:, None], _keep(b.isr, ~_in(b.isr, live)), -1).astype(np.int32)
+    changed = (leader >= 0) & (leader != b.leader) & b.has_state
+    return Outcome(leader, isr, has_state, unclean, first_live >= 0,
+                   leader_changes=changed.astype(np.int32),
+                   blocks_shutdown=np.full(len(leader), -1, dtype=np.int32),
+                   clean_return=clean_return,
+                   order_dependent=leaderless & (_in(b.isr, gone).sum(axis=1) >= 2))
 
 
-def controlled_shutdown(b: Batch, stopping: np.ndarray, live: np.ndarray) -> Outcome:
-    """Controlled shutdown of the set `stopping` (graceful stop), then the brokers stop.
-
-    For partitions with RF > 1 and a state led by a stopping broker: leader = first replica that is live, in
-    the ISR and not stopping; ISR = ISR minus every stopping broker. Partitions a stopping broker only
-    follows drop it from the ISR unless it is the only member. RF = 1 partitions and led partitions with no
-    candidate keep their leader until the broker gives up and stops: a hard failure for those partitions,
-    whose ISR then ends as [old leader] (its stopping followers left first, as in Kafka, where each
-    ControlledShutdownRequest removes the broker's follower replicas while the leader has nowhere to go).
+def controlled_shutdown(b: Batch, stopping: np.ndarray, live: np.ndarray,
+                        order: Sequence[int] | None = None) -> Outcome:
+    """Controlled shutdown of the brokers `stopping`, one ControlledShutdown request at a time in `order`
+    (default: ascending id), then the brokers stop. Kafka's doControlledShutdown, per request of broker k:
+    S grows by k; partitions with RF > 1 and a state led by k move to the first replica that is registered
+    (`live`, or stopping but not yet stopped), in the ISR and not in S, with ISR = ISR minus S: a leader can
+    move onto a stopping broker that has not asked yet, and move again when it asks. Partitions k only
+    follows drop k from the ISR unless it is the only member. Partitions led by k with no candidate make k's
+    request fail (they stay k's: later requests cannot free them, S only grows), so k retries and then stops
+    anyway. RF = 1 partitions are no obstacle (Kafka's partitionLeadersOnBroker counts RF > 1 only). Every
+    stopping broker then stops: a hard failure for what was not moved away.
     """
+    ids = list(dict.fromkeys(int(x) for x in order)) if order is not None else np.flatnonzero(stopping).tolist()
+    registered = live | stopping
     acting = b.has_state & (b.rf > 1)
-    led = acting & _in(b.leader, stopping)
-    candidate = _first(b.replicas, _in(b.replicas, live) & _member(b.replicas, b.isr) & ~_in(b.replicas, stopping))
-    moved = led & (candidate >= 0)
-    stay = acting & ~moved
-
-    # Every stopping broker that only follows leaves the ISR (unless it is the only member); a stopping
-    # leader with no candidate keeps its place, so it is the member an ISR is left with.
-    isr = b.isr.copy()
-    followers = _in(b.isr, stopping) & (b.isr != b.leader[:, None])
-    isr[stay] = remove_members(b.isr[stay], followers[stay])
+    leader, isr = b.leader.copy(), b.isr.copy()
+    changes = np.zeros(len(leader), dtype=np.int32)
+    blocks = np.full(len(leader), -1, dtype=np.int32)
+    asked = np.zeros_like(stopping)
+    eligible = _in(b.replicas, registered)
+    for k in ids:
+        asked[k] = True
+        led = acting & (leader == k)
+        followed = acting & (leader != k) & (isr == k).any(axis=1) & (_size(isr) > 1)
+        candidate = _first(b.replicas, eligible & _member(b.replicas, isr) & ~_in(b.replicas, asked))
+        moved = led & (candidate >= 0)
+        leader[moved] = candidate[moved]
+        isr[moved] = _keep(isr[moved], ~_in(isr[moved], asked))
+        changes += moved
+        blocks[led & ~moved] = k
+        isr[followed] = _keep(isr[followed], isr[followed] != k)
     # The brokers then stop: everything not moved away gracefully meets the hard-failure rule.
-    out = hard_failure(replace(b, isr=isr), stopping, live)
-    out.leader[moved] = candidate[moved]
-    out.isr[moved] = _keep(b.isr[moved], ~_in(b.isr[moved], stopping))
-    out.unclean_taken[moved] = False
+    out = hard_failure(replace(b, leader=leader, isr=isr), stopping, live)
+    out.leader_changes = changes + out.leader_changes
+    out.blocks_shutdown = blocks
     return out
 
 
@@ -375,9 +404,10 @@ def _batch(st: ClusterState, rows: np.ndarray, leader: np.ndarray, isr: np.ndarr
     return Batch(st.replicas[rows], isr[rows], leader[rows], has_state[rows], st.unclean[rows])
 
 
-def apply_rule(b: Batch, mode: str, gone: np.ndarray, live: np.ndarray) -> Outcome:
+def apply_rule(b: Batch, mode: str, gone: np.ndarray, live: np.ndarray,
+               order: Sequence[int] | None = None) -> Outcome:
     if mode == "controlled":
-        return controlled_shutdown(b, gone, live)
+        return controlled_shutdown(b, gone, live, order)
     if mode == "failure":
         return hard_failure(b, gone, live)
     raise ValueError(f"mode must be one of {rm.MODES}, got {mode!r}")
@@ -388,13 +418,13 @@ def predict(state: ClusterState | Snapshot, brokers: Iterable[int], mode: str) -
     one row per partition of the snapshot (unaffected ones unchanged), keyed by (topic, partition), with
     leader, isr, offline and has_state. This is what a sandbox run is compared with."""
     st = state if isinstance(state, ClusterState) else ClusterState.from_snapshot(state)
-    brokers = sorted(set(int(b) for b in brokers))
+    brokers = list(dict.fromkeys(int(b) for b in brokers))  # the order controlled shutdowns are requested in
     size = st.lut_size(brokers)
     gone = _lut(brokers, size)
     live = st.alive_lut(size) & ~gone
     rows = _Index(st.replicas).rows_on(brokers)
     leader, isr, has_state = st.leader.copy(), st.isr.copy(), st.has_state.copy()
-    out = apply_rule(_batch(st, rows, leader, isr, has_state), mode, gone, live)
+    out = apply_rule(_batch(st, rows, leader, isr, has_state), mode, gone, live, brokers)
     leader[rows], has_state[rows] = out.leader, out.has_state
     isr[rows] = _pad(out.isr, isr.shape[1])[:, : isr.shape[1]]
     names = np.asarray(st.topic_names, dtype=object)
@@ -415,8 +445,15 @@ class ReplayResult:
 
 
 def _facts(st: ClusterState, rows: np.ndarray, leader_before: np.ndarray, out: Outcome,
-           eff_min: rm.Expr) -> dict[str, np.ndarray]:
+           eff_min: rm.Expr, mode: str = "failure", gone: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    n = len(rows)
     env = {
+        "leader_changes": out.leader_changes if out.leader_changes is not None else np.zeros(n, np.int32),
+        "shutdown_blocked_by": (out.blocks_shutdown if out.blocks_shutdown is not None
+                                else np.full(n, -1, np.int32)),
+        "order_dependent": out.order_dependent if out.order_dependent is not None else np.zeros(n, bool),
+        "failure_mode": np.full(n, mode == "failure"),
+        "leader_gone": _in(leader_before, gone) if gone is not None else np.zeros(n, bool),
         "leader": leader_before,
         "new_leader": out.leader,
         "new_isr_size": _size(out.isr),
@@ -453,11 +490,16 @@ def _row_table(st: ClusterState, sid: int, rows: np.ndarray, isr_before: np.ndar
     cols["severity"] = pa.array(env["severity"], pa.int8())
     cols["returned_leader"] = (pa.array(returned, pa.int32()) if returned is not None
                                else pa.nulls(len(rows), pa.int32()))
+    cols["leader_changes"] = pa.array(env["leader_changes"], pa.int32())
+    cols["shutdown_blocked_by"] = pa.array(env["shutdown_blocked_by"], pa.int32())
+    cols["clean_return"] = (matrix_to_list(out.clean_return) if out.clean_return is not None
+                            else pa.array([[]] * len(rows), pa.list_(pa.int32())))
     return pa.table(cols)
 
 
 def replay(state: ClusterState, scenarios: Sequence[rm.Scenario], kafka_version: str = rm.DEFAULT_KAFKA_VERSION,
-           plan_state: ClusterState | None = None) -> ReplayResult:
+           plan_state: ClusterState | None = None,
+           session_timeout_s: float = rm.DEFAULT_SESSION_TIMEOUT_S) -> ReplayResult:
     """Evaluate every scenario: only partitions with a replica on the scenario's brokers are evaluated."""
     eff_min = rm.effective_min_isr(kafka_version)
     row_tables: list[pa.Table] = []
@@ -482,8 +524,8 @@ def replay(state: ClusterState, scenarios: Sequence[rm.Scenario], kafka_version:
             leader_all, isr_all, hs_all = st.leader, st.isr, st.has_state  # read only
         rows = indexes[s.state].rows_on(s.brokers)
         b = _batch(st, rows, leader_all, isr_all, hs_all)
-        out = apply_rule(b, s.mode, gone, live)
-        env = _facts(st, rows, b.leader, out, eff_min)
+        out = apply_rule(b, s.mode, gone, live, s.brokers)
+        env = _facts(st, rows, b.leader, out, eff_min, s.mode, gone)
         if s.kind == "rolling":
             leader_r, isr_r, hs_r = return_brokers(b, out, b.isr, gone, alive)
         row_tables.append(_row_table(st, s.id, rows, b.isr, out, env, leader_r if s.kind == "rolling" else None))
@@ -497,6 +539,9 @@ def replay(state: ClusterState, scenarios: Sequence[rm.Scenario], kafka_version:
         rec: dict = {k: int(env[k].sum()) for k in rm.COUNTED}
         rec["evaluated"] = len(rows)
         rec.update(rm.leader_load(counts, survivors))
+        blocked = out.blocks_shutdown if out.blocks_shutdown is not None else np.zeros(0, np.int32)
+        rec["failed_shutdowns"] = sorted(set(blocked[blocked >= 0].tolist()))
+        rec["unavailable_window_s"] = rm.unavailable_window(s.mode, session_timeout_s)
         info.append({"scenario": s, **rec})
 
         if s.kind == "rolling":

@@ -148,6 +148,7 @@ class Prepared:
     plan_entries: list[codec.ReassignEntry] | None
     kafka_version: str
     unknown: list[dict[str, Any]] = field(default_factory=list)   # partitions whose state is unknown
+    session_timeout_s: float = rm.DEFAULT_SESSION_TIMEOUT_S
 
 
 def unknown_state(info: sio.Snapshot) -> list[dict[str, Any]]:
@@ -183,7 +184,9 @@ def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None
                 drains = [emptied]
     states = ("current", "plan") if entries is not None else ("current",)
     scenarios = build_scenarios(info, drains, req.drain_racks, req.all_brokers, req.all_racks, req.modes, states)
-    return Prepared(info, scenarios, entries, req.kafka_version, unknown_state(info))
+    if not req.session_timeout_s > 0:
+        raise BadInput(f"session_timeout_s must be positive, got {req.session_timeout_s}")
+    return Prepared(info, scenarios, entries, req.kafka_version, unknown_state(info), float(req.session_timeout_s))
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -352,7 +355,24 @@ _COLOURS = {"critical": "\033[1;31m", "high": "\033[31m", "medium": "\033[33m", 
 _RESET = "\033[0m"
 _COLUMNS = [("offline", "offline"), ("under_min_isr", "<minISR"), ("at_min_isr", "=minISR"),
             ("under_replicated", "URP"), ("unclean_taken", "unclean"), ("would_need_unclean", "need-uncl"),
-            ("leadership_moved", "moved"), ("rf1_hit", "RF1")]
+            ("leadership_moved", "moved"), ("moved_twice", "2x-moved"), ("blocks_shutdown", "blocking"),
+            ("rf1_hit", "RF1")]
+
+
+def _failure_notes(r: dict[str, Any]) -> list[str]:
+    """What a scenario's row cannot show: whose controlled shutdown fails, how long killed brokers'
+    partitions stay unanswered, and where the outcome depends on an order nobody controls."""
+    notes = []
+    if r.get("failed_shutdowns"):
+        notes.append(f"controlled shutdown fails (retries, then an unclean stop) for broker(s) "
+                     f"{', '.join(map(str, r['failed_shutdowns']))}")
+    if r.get("unavailable_window_s"):
+        notes.append(f"{r.get('unavailable_until_expiry', 0)} partitions unanswered for up to "
+                     f"{r['unavailable_window_s']:g} s, until the killed brokers' ZooKeeper sessions expire")
+    if r.get("isr_order_dependent"):
+        notes.append(f"{r['isr_order_dependent']} leaderless partitions keep one of several dead ISR members "
+                     "(Kafka's order decides which): see clean_return")
+    return notes
 
 
 def _n(n: int, noun: str) -> str:
@@ -400,6 +420,10 @@ def format_report(summary: dict[str, Any], colour: bool = False, limit: int = 20
     if len(ranked) > limit:
         lines.append(f"({len(ranked) - limit} more sweep scenarios in scenarios.parquet / --json)")
     focus = requested or ranked[:3]
+    notes = [(r, n) for r in focus for n in _failure_notes(r)]
+    if notes:
+        lines.append("")
+        lines += [f"{r['name']}: {n}" for r, n in notes]
     for r in focus:
         wp = [p for p in r["worst_partitions"]][:worst_k]
         if not wp:
@@ -407,7 +431,13 @@ def format_report(summary: dict[str, Any], colour: bool = False, limit: int = 20
         lines += ["", f"worst partitions of {r['name']} ({_level(r['level'], colour).strip()}):"]
         for p in wp:
             what = [k for k in ("offline", "unclean_taken", "would_need_unclean", "under_min_isr", "at_min_isr",
-                                "under_replicated", "rf1_hit") if p.get(k)]
+                                "under_replicated", "rf1_hit", "moved_twice") if p.get(k)]
+            if p.get("shutdown_blocked_by", -1) >= 0:
+                what.append(f"blocks broker {p['shutdown_blocked_by']}'s controlled shutdown")
+            back = p.get("clean_return") or []
+            if p.get("offline") and back:
+                what.append(("back cleanly when one of " if p.get("isr_order_dependent") else "back cleanly when ")
+                            + f"{','.join(map(str, back))} returns")
             lines.append(f"  {p['topic']}-{p['partition']}: replicas {p['replicas']} leader {p['leader']} isr {p['isr']}"
                          f" -> leader {p['new_leader']} isr {p['new_isr']}  [{', '.join(what)}]")
     return "\n".join(lines)

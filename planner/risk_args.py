@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "assignment")
     p.add_argument("--kafka-version", default="3.7",
                    help="Kafka version whose min-ISR rule applies (default 3.7: min(min.insync.replicas, RF))")
+    p.add_argument("--session-timeout", type=float, default=18.0, metavar="S",
+                   help="the brokers' zookeeper.session.timeout.ms in seconds (default 18, Kafka 3.x): how long "
+                   "a killed broker's partitions stay unanswered")
     p.add_argument("--master", help="Spark master (default $SPARK_MASTER or local[2])")
     p.add_argument("--driver-memory", help="Spark driver memory (default $KPLAN_SPARK_DRIVER_MEMORY or 2g)")
     p.add_argument("--force", action="store_true", help="replace --out if it is not empty")
@@ -62,7 +65,8 @@ def request_from_args(args: argparse.Namespace) -> RiskRequest:
         drains=tuple(parse_brokers(d) for d in args.drain),
         drain_racks=tuple(r for text in args.drain_rack for r in parse_racks(text)),
         all_brokers=args.all_brokers, all_racks=args.all_racks, modes=modes,
-        plan=Path(args.plan) if args.plan else None, kafka_version=args.kafka_version, master=args.master,
+        plan=Path(args.plan) if args.plan else None, kafka_version=args.kafka_version,
+        session_timeout_s=args.session_timeout, master=args.master,
         driver_memory=args.driver_memory, spark_submit=bool(getattr(args, "spark_submit", False)),
         force=bool(getattr(args, "force", False)))
 
@@ -72,6 +76,7 @@ def to_args(req: RiskRequest) -> list[str]:
     if not isinstance(req.snapshot, str | Path):
         raise ValueError("spark-submit needs a snapshot folder, not an in-memory snapshot")
     args = ["--snapshot", str(req.snapshot), "--out", str(req.out), "--kafka-version", req.kafka_version,
+            "--session-timeout", repr(float(req.session_timeout_s)),
             "--mode", "both" if set(req.modes) == set(MODES) else req.modes[0]]
     for d in req.drains:
         args += ["--drain", ",".join(map(str, d))]

@@ -293,10 +293,11 @@ def load_partitions(spark: Any, prepared: risk_lib.Prepared) -> Any:
 
 # ---------------------------------------------------------------------------------- election rules
 # The rules of planner.replay as stages of named columns; a stage reads inputs and earlier stages through
-# `g(name)`. Inputs: replicas, isr, leader, has_state, unclean, rf (the partition), s (brokers going away),
-# down (s plus brokers already dead), controlled (bool). Outputs: new_leader, new_isr, new_has_state,
-# unclean_taken, live_replica_exists. Names starting with "_" are intermediate. Most rows only lose a
-# follower, so the election candidates are computed lazily, for the rows that need an election.
+# `g(name)`. Inputs: replicas, isr, leader, has_state, unclean, rf (the partition), s (brokers going away, in
+# the order their controlled shutdowns are requested), down (s plus brokers already dead), dead, controlled
+# (bool). Outputs: new_leader, new_isr, new_has_state, unclean_taken, live_replica_exists, leader_changes,
+# shutdown_blocked_by, clean_return, order_dependent. Names starting with "_" are intermediate. Most rows
+# only lose a follower, so the election candidates are computed lazily, for the rows that need an election.
 Stage = Callable[[Callable[[str], Any]], dict[str, Any]]
 
 
@@ -307,18 +308,65 @@ def minus(arr: Any, gone: Any) -> Any:
     return F.when(F.size(gone) == 1, F.array_remove(arr, F.get(gone, 0))).otherwise(F.array_except(arr, gone))
 
 
+def _stage_requests(g: Callable[[str], Any]) -> dict[str, Any]:
+    """planner.replay.controlled_shutdown's requests, one broker at a time in the order of `s` (only the
+    brokers holding a replica of the partition can change it, so it runs over at most RF of them): the
+    broker joins the asked set; a partition it leads (RF > 1, with a state) moves to the first replica that
+    is not dead, in the ISR and not asked yet, with ISR minus the asked set, or else blocks that broker's
+    shutdown; a partition it only follows drops it from the ISR unless it is the only member.
+    Outputs the state the brokers then stop from and what happened on the way (`_req`). One request (single
+    brokers, and racks holding one replica of the partition: nearly every row) is plain array expressions;
+    only several requests on one partition fold with `aggregate` (higher-order functions run interpreted)."""
+    from pyspark.sql import functions as F
+
+    acting = g("has_state") & (g("rf") > 1)
+    start = F.struct(g("leader").alias("leader"), g("isr").alias("isr"), F.array().cast("array<int>").alias("asked"),
+                     F.lit(0).alias("moves"), F.lit(-1).alias("blocked"))
+    mine = F.array_intersect(g("s"), g("replicas"))  # in the order of s
+
+    # one request, from k
+    k = F.get(mine, 0)
+    led = acting & (g("leader") == k)
+    cand = F.get(F.array_intersect(g("replicas"), F.array_except(g("isr"), F.array_union(g("dead"), F.array(k)))), 0)
+    moved = led & cand.isNotNull()
+    followed = acting & (g("leader") != k) & F.array_contains(g("isr"), k) & (F.size(g("isr")) > 1)
+    one = F.struct(F.when(moved, cand).otherwise(g("leader")).alias("leader"),
+                   F.when(moved | followed, F.array_remove(g("isr"), k)).otherwise(g("isr")).alias("isr"),
+                   F.array(k).alias("asked"), F.when(moved, 1).otherwise(0).alias("moves"),
+                   F.when(led & ~moved, k).otherwise(-1).alias("blocked"))
+
+    def request(acc: Any, k: Any) -> Any:
+        asked = F.concat(acc["asked"], F.array(k))
+        led = acting & (acc["leader"] == k)
+        cand = F.get(F.filter(g("replicas"), lambda r: F.array_contains(acc["isr"], r) & ~F.array_contains(asked, r)
+                              & ~F.array_contains(g("dead"), r)), 0)
+        moved = led & cand.isNotNull()
+        followed = acting & (acc["leader"] != k) & F.array_contains(acc["isr"], k) & (F.size(acc["isr"]) > 1)
+        isr = (F.when(moved, F.filter(acc["isr"], lambda x: ~F.array_contains(asked, x)))
+               .when(followed, F.array_remove(acc["isr"], k)).otherwise(acc["isr"]))
+        return F.struct(F.when(moved, cand).otherwise(acc["leader"]).alias("leader"), isr.alias("isr"),
+                        asked.alias("asked"), (acc["moves"] + F.when(moved, 1).otherwise(0)).alias("moves"),
+                        F.when(led & ~moved, k).otherwise(acc["blocked"]).alias("blocked"))
+
+    done = (F.when(~g("controlled") | (F.size(mine) == 0), start).when(F.size(mine) == 1, one)
+            .otherwise(F.aggregate(mine, start, request)))
+    return {"_req": done}
+
+
 def _stage_who(g: Callable[[str], Any]) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    led_gone = F.array_contains(g("s"), g("leader"))
-    elect = g("has_state") & (led_gone | (g("leader") < 0))  # hard failure re-elects these (offline rule)
-    return {"_led_gone": led_gone, "_elect": elect, "_needs": elect | ~g("has_state"), "_kept": minus(g("isr"), g("s"))}
+    leader, isr = g("_req")["leader"], g("_req")["isr"]
+    led_gone = F.array_contains(g("s"), leader)
+    elect = g("has_state") & (led_gone | (leader < 0))  # hard failure re-elects these (offline rule)
+    return {"_cleader": leader, "_cisr": isr, "_elect": elect, "_needs": elect | ~g("has_state"),
+            "_kept": minus(isr, g("s"))}
 
 
 def _stage_candidates(g: Callable[[str], Any]) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    live_isr = minus(g("isr"), g("down"))                    # ISR restricted to live brokers, order kept
+    live_isr = minus(g("_cisr"), g("down"))                  # ISR restricted to live brokers, order kept
     cand = F.struct(
         live_isr.alias("live_isr"),
         # offline (clean) election: first replica in assignment order that is live and in the ISR
@@ -337,9 +385,6 @@ def _stage_choice(g: Callable[[str], Any]) -> dict[str, Any]:
     return {
         "_by_clean": by_clean,
         "_by_unclean": g("_elect") & ~by_clean & g("unclean") & first_live.isNotNull(),
-        # controlled shutdown moves leadership of RF > 1 partitions led by a stopping broker when a live
-        # ISR member outside the stopping set exists (the clean candidate, since `down` covers `s`)
-        "_moved": g("controlled") & g("has_state") & (g("rf") > 1) & g("_led_gone") & clean.isNotNull(),
         "_first_live": first_live,
     }
 
@@ -349,26 +394,32 @@ def _stage_result(g: Callable[[str], Any]) -> dict[str, Any]:
 
     clean, live_isr, live_reps = g("_cand")["clean"], g("_cand")["live_isr"], g("_cand")["live_reps"]
     new = ~g("has_state")
-    kept = g("_kept")
-    # planner.replay.remove_from_isr: an ISR never empties, the highest gone member stays; except that a
-    # stopping leader with no candidate outlives its stopping followers (planner.replay.controlled_shutdown)
-    keeps_leader = g("controlled") & (g("rf") > 1) & g("_led_gone") & F.array_contains(g("isr"), g("leader"))
-    last = F.when(keeps_leader, g("leader")).otherwise(F.array_max(g("isr")))
-    removed = F.when((F.size(kept) == 0) & (F.size(g("isr")) > 0), F.array(last)).otherwise(kept)
+    kept, cisr, cleader = g("_kept"), g("_cisr"), g("_cleader")
+    # planner.replay.remove_from_isr: an ISR never empties, the highest gone member stays
+    removed = F.when((F.size(kept) == 0) & (F.size(cisr) > 0), F.array(F.array_max(cisr))).otherwise(kept)
+    new_leader = (F.when(new, F.coalesce(g("_first_live"), F.lit(-1)))
+                  .when(g("_by_clean"), clean).when(g("_by_unclean"), g("_first_live"))
+                  .when(g("_elect"), F.lit(-1)).otherwise(cleader)).cast("int")
+    has_state = g("has_state") | g("_first_live").isNotNull()
+    leaderless = has_state & (new_leader < 0)
     return {
-        "new_leader": (F.when(g("_moved"), clean).when(new, F.coalesce(g("_first_live"), F.lit(-1)))
-                       .when(g("_by_clean"), clean).when(g("_by_unclean"), g("_first_live"))
-                       .when(g("_elect"), F.lit(-1)).otherwise(g("leader"))).cast("int"),
-        "new_isr": (F.when(g("_moved"), kept).when(new, live_reps).when(g("_by_clean"), live_isr)
+        "new_leader": new_leader,
+        "new_isr": (F.when(new, live_reps).when(g("_by_clean"), live_isr)
                     .when(g("_by_unclean"), F.array(g("_first_live"))).otherwise(removed)),
-        "new_has_state": g("has_state") | g("_first_live").isNotNull(),
-        "unclean_taken": g("_by_unclean") & ~g("_moved"),
+        "new_has_state": has_state,
+        "unclean_taken": g("_by_unclean"),
         # only read for offline partitions (would-need-unclean), which always went through `_needs`
         "live_replica_exists": F.when(g("_needs"), g("_first_live").isNotNull()).otherwise(F.lit(True)),
+        "leader_changes": (g("_req")["moves"] + F.when(g("has_state") & (new_leader >= 0) & (new_leader != cleader), 1)
+                           .otherwise(0)).cast("int"),
+        "shutdown_blocked_by": g("_req")["blocked"].cast("int"),
+        # leaderless: the dead ISR members, one of which the ISR keeps (several: Kafka's order decides)
+        "clean_return": F.when(leaderless, F.array_intersect(cisr, g("down"))).otherwise(F.array().cast("array<int>")),
+        "order_dependent": leaderless & (F.size(F.array_intersect(cisr, g("s"))) >= 2),
     }
 
 
-STEP_STAGES: list[Stage] = [_stage_who, _stage_candidates, _stage_choice, _stage_result]
+STEP_STAGES: list[Stage] = [_stage_requests, _stage_who, _stage_candidates, _stage_choice, _stage_result]
 
 
 def apply_flat(df: Any, stages: list[Stage], drop: bool = True) -> Any:
@@ -416,13 +467,14 @@ def scenario_frames(spark: Any, scenarios: list[rm.Scenario], dead: list[int]) -
     partition is joined and its election candidates computed once per group, then split per mode."""
     groups: dict[tuple[str, tuple[int, ...]], list[rm.Scenario]] = {}
     for s in scenarios:
-        if s.kind != "rolling":
-            groups.setdefault((s.state, tuple(sorted(s.brokers))), []).append(s)
-    one = [(state, list(bs), sorted(set(bs) | set(dead)), [{"sid": x.id, "mode": x.mode} for x in members], b)
+        if s.kind != "rolling":  # s keeps the scenario's order: controlled shutdowns are requested in it
+            groups.setdefault((s.state, tuple(dict.fromkeys(s.brokers))), []).append(s)
+    one = [(state, list(bs), sorted(set(bs) | set(dead)), sorted(dead), [{"sid": x.id, "mode": x.mode} for x in members], b)
            for (state, bs), members in groups.items() for b in bs]
     one_df = _frame(spark, dict(zip(
-        ["state", "s", "down", "modes", "broker"],
-        [(t, [r[i] for r in one]) for i, t in enumerate([pa.string(), _INTS, _INTS, pa.list_(_MODE), pa.int32()])],
+        ["state", "s", "down", "dead", "modes", "broker"],
+        [(t, [r[i] for r in one]) for i, t in enumerate([pa.string(), _INTS, _INTS, _INTS, pa.list_(_MODE),
+                                                          pa.int32()])],
         strict=True)))
     seqs: dict[int, list[rm.Scenario]] = {}
     for s in scenarios:
@@ -453,23 +505,26 @@ def _affected(parts: Any, table: Any) -> Any:
     return j.where(first).drop("broker")
 
 
+_STEP_OUT = ["leader_changes", "shutdown_blocked_by", "clean_return", "order_dependent"]
 _ROW = ["scenario_id", "topic", "partition", "replicas", "rf", "min_isr", "unclean", "leader", "isr",
-        "new_leader", "new_isr", "unclean_taken", "live_replica_exists", "returned_leader"]
+        "new_leader", "new_isr", "unclean_taken", "live_replica_exists", "returned_leader", "controlled",
+        "leader_gone", *_STEP_OUT]
 
 
 def one_shot_rows(parts: Any, one_df: Any) -> Any:
     from pyspark.sql import functions as F
 
     j = _affected(parts, one_df)
-    # the expensive, mode-independent stages once per (broker set, partition); then one row per mode
-    j = apply_flat(j, STEP_STAGES[:2], drop=False)
+    # one row per mode: a controlled shutdown changes the state the election stages start from
     j = j.select("*", F.explode("modes").alias("_m")).withColumns(
-        {"scenario_id": F.col("_m.sid"), "controlled": F.col("_m.mode") == "controlled"})
-    return apply_flat(j, STEP_STAGES[2:]).withColumn("returned_leader", F.lit(None).cast("int")).select(*_ROW)
+        {"scenario_id": F.col("_m.sid"), "controlled": F.col("_m.mode") == "controlled",
+         "leader_gone": F.array_contains("s", F.col("leader"))})
+    return apply_flat(j, STEP_STAGES).withColumn("returned_leader", F.lit(None).cast("int")).select(*_ROW)
 
 
 _OUT_TYPE = ("array<struct<sid:int, leader:int, isr:array<int>, new_leader:int, new_isr:array<int>, "
-             "unclean_taken:boolean, live_replica_exists:boolean, returned_leader:int>>")
+             "unclean_taken:boolean, live_replica_exists:boolean, returned_leader:int, leader_gone:boolean, "
+             "leader_changes:int, shutdown_blocked_by:int, clean_return:array<int>, order_dependent:boolean>>")
 
 
 _FOLD_CACHE: dict[int, Any] = {}
@@ -490,11 +545,11 @@ def _rolling_fold() -> Any:
 
     def merge(acc: Any, st: Any) -> Any:
         env = {**const, "isr": acc["isr"], "leader": acc["leader"], "has_state": acc["has_state"],
-               "s": st["s"], "down": st["down"], "controlled": F.col("controlled")}
+               "s": st["s"], "down": st["down"], "dead": F.col("dead"), "controlled": F.col("controlled")}
 
         def after_step(e: dict[str, Any]) -> Any:
             back = {**const, "isr": e["new_isr"], "leader": e["new_leader"], "has_state": e["new_has_state"],
-                    "s": no_one, "down": F.col("dead"), "controlled": F.lit(False)}
+                    "s": no_one, "down": F.col("dead"), "dead": F.col("dead"), "controlled": F.lit(False)}
 
             def after_return(r: dict[str, Any]) -> Any:
                 # planner.replay.return_brokers: elect offline/new partitions, then the returning ISR
@@ -506,7 +561,9 @@ def _rolling_fold() -> Any:
                                e["new_leader"].alias("new_leader"), e["new_isr"].alias("new_isr"),
                                e["unclean_taken"].alias("unclean_taken"),
                                e["live_replica_exists"].alias("live_replica_exists"),
-                               r["new_leader"].alias("returned_leader"))
+                               r["new_leader"].alias("returned_leader"),
+                               F.array_contains(st["s"], acc["leader"]).alias("leader_gone"),
+                               *[e[k].alias(k) for k in _STEP_OUT])
                 return F.struct(r["new_leader"].alias("leader"), isr.alias("isr"),
                                 r["new_has_state"].alias("has_state"),
                                 F.concat(acc["out"], F.array(rec)).alias("out"))
@@ -528,18 +585,20 @@ def rolling_rows(parts: Any, roll_df: Any, dead: list[int]) -> Any:
     from pyspark.sql import functions as F
 
     j = _affected(parts, roll_df).withColumns({"controlled": F.col("mode") == "controlled", "dead": _ints(dead)})
-    folded = j.select("topic", "partition", "replicas", "rf", "min_isr", "unclean",
+    folded = j.select("topic", "partition", "replicas", "rf", "min_isr", "unclean", "controlled",
                       F.explode(_rolling_fold()).alias("o"))
     return folded.select(F.col("o.sid").alias("scenario_id"), "topic", "partition", "replicas", "rf", "min_isr",
                          "unclean", "o.leader", "o.isr", "o.new_leader", "o.new_isr", "o.unclean_taken",
-                         "o.live_replica_exists", "o.returned_leader").select(*_ROW)
+                         "o.live_replica_exists", "o.returned_leader", "controlled", "o.leader_gone",
+                         *[f"o.{k}" for k in _STEP_OUT]).select(*_ROW)
 
 
 def with_outcomes(rows: Any, kafka_version: str) -> Any:
     """The outcome columns, from planner.risk_model's expressions."""
     from pyspark.sql import functions as F
 
-    facts = rows.withColumns({"new_isr_size": F.size("new_isr"), "unclean_allowed": F.col("unclean")})
+    facts = rows.withColumns({"new_isr_size": F.size("new_isr"), "unclean_allowed": F.col("unclean"),
+                              "failure_mode": ~F.col("controlled")})
     facts = facts.withColumn("eff_min_isr", rm.to_spark(rm.effective_min_isr(kafka_version)).cast("int"))
     facts = facts.withColumns({k: rm.to_spark(e) for k, e in rm.OUTCOMES.items()})
     facts = facts.withColumn("severity", rm.to_spark(rm.SEVERITY).cast("byte"))
@@ -602,8 +661,12 @@ def aggregates(spark: Any, prepared: risk_lib.Prepared, rows: Any, parts: Any) -
                        F.lit(1).cast("long").alias("d"),
                        *[(rm.to_spark(rm.OUTCOMES[k]).cast("long") if k in _BASELINE else F.lit(0).cast("long")).alias(k)
                          for k in flags])
+    # b <= -3: broker -3 - b's controlled shutdown fails in this scenario (some partition blocks it)
+    blocked = (rows.where(F.col("shutdown_blocked_by") >= 0)
+               .select(F.col("scenario_id").alias("sid"), (F.lit(-3) - F.col("shutdown_blocked_by")).cast("int").alias("b"),
+                       F.lit(0).cast("long").alias("d"), *zeros))
     union = (counts.unionByName(moves(rows, "scenario_id", "new_leader"))
-             .unionByName(moves(carried, "sid_k", "returned_leader")).unionByName(base))
+             .unionByName(moves(carried, "sid_k", "returned_leader")).unionByName(base).unionByName(blocked))
     return union.groupBy("sid", "b").agg(F.sum("d").alias("d"), *[F.sum(k).alias(k) for k in flags]).toArrow()
 
 
@@ -645,6 +708,8 @@ def finish(prepared: risk_lib.Prepared, agg: pa.Table) -> tuple[pa.Table, dict[s
         survivors = alive.copy()
         survivors[list(s.brokers)] = False
         rec.update(rm.leader_load(counts, survivors))
+        rec["failed_shutdowns"] = sorted({int(-3 - x) for x in b[idx] if x <= -3})
+        rec["unavailable_window_s"] = rm.unavailable_window(s.mode, prepared.session_timeout_s)
         records.append(rec)
     return rm.scenario_table(records), baseline, severities
 
@@ -668,7 +733,7 @@ def worst_partitions(spark: Any, rows: Any, severities: dict[int, list[int]], sc
     th = _frame(spark, {"scenario_id": (pa.int32(), [x for x, _ in floor]), "_floor": (pa.int8(), [t for _, t in floor])})
     w = Window.partitionBy("scenario_id").orderBy(F.desc("severity"), "topic", "partition")
     keep = ["scenario_id", "topic", "partition", "replicas", "leader", "isr", "new_leader", "new_isr", "severity",
-            *rm.OUTCOMES]
+            *rm.OUTCOMES, "leader_changes", "shutdown_blocked_by", "clean_return"]
     return (rows.join(F.broadcast(th), "scenario_id").where(F.col("severity") >= F.col("_floor"))
             .withColumn("_rn", F.row_number().over(w)).where(F.col("_rn") <= k).select(*keep))
 

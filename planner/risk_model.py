@@ -14,9 +14,18 @@ Facts every engine provides per evaluated (scenario, partition) row:
   unclean_allowed             bool  the topic's effective unclean.leader.election.enable
   unclean_taken               bool  the replay took an unclean election
   live_replica_exists         bool  some replica is on a live broker after the scenario
+  leader_changes              int   times the leader changed during the scenario (controlled-shutdown moves
+                                    one request at a time, then the election when the brokers stopped)
+  shutdown_blocked_by         int   the broker whose controlled shutdown this partition makes fail (-1 none)
+  order_dependent             bool  left leaderless with several dead ISR members, one of which the ISR
+                                    keeps in an order nobody controls (the row's clean_return lists them)
+  failure_mode                bool  the scenario kills (hard failure) rather than stops
+  leader_gone                 bool  the partition's leader is one of the brokers going away
 Facts per scenario (after the per-row outcomes are summed):
   the OUTCOMES counts, plus survivors (live brokers left), leaders_total and leader_max (leader counts
-  over the survivors, the whole cluster counted, not only evaluated partitions).
+  over the survivors, the whole cluster counted, not only evaluated partitions), failed_shutdowns (the
+  brokers some row blocks) and unavailable_window_s (failure mode: the ZooKeeper session timeout, during
+  which the partitions the killed brokers led answer nobody).
 """
 
 from __future__ import annotations
@@ -231,6 +240,14 @@ OUTCOMES: dict[str, Expr] = {
     "leadership_moved": (col("leader") >= 0) & _online & (col("new_leader") != col("leader")),
     "rf1_hit": col("rf") == 1,
     "was_offline": col("leader") < 0,
+    # the leader moved twice or more (e.g. onto a drained broker that had not asked yet, then away again)
+    "moved_twice": col("leader_changes") >= 2,
+    # this partition makes a broker's controlled shutdown fail: retries, then an unclean stop
+    "blocks_shutdown": col("shutdown_blocked_by") >= 0,
+    # which dead ISR member the ISR keeps is not predictable: see clean_return
+    "isr_order_dependent": col("order_dependent"),
+    # failure mode: led by a killed broker, so unavailable until its ZooKeeper session expires
+    "unavailable_until_expiry": col("failure_mode") & col("leader_gone"),
 }
 
 # Per-row severity: the order in which "worst partitions" are listed.
@@ -323,13 +340,21 @@ def level_name(rank: int) -> str:
 ROW_KEY = ["scenario_id", "topic", "partition"]
 ROW_STATE = ["replicas", "rf", "eff_min_isr", "leader", "isr", "new_leader", "new_isr"]
 # returned_leader: rolling steps only (null otherwise), the leader once the step's brokers came back.
-ROW_COLUMNS = ROW_KEY + ROW_STATE + list(OUTCOMES) + ["severity", "returned_leader"]
+# leader_changes, shutdown_blocked_by: the facts above; clean_return: for leaderless rows, the brokers whose
+# return brings the partition back cleanly (one of them is the ISR's last member; all of them, surely).
+ROW_EXTRA = ["leader_changes", "shutdown_blocked_by", "clean_return"]
+ROW_COLUMNS = ROW_KEY + ROW_STATE + list(OUTCOMES) + ["severity", "returned_leader"] + ROW_EXTRA
+
+# zookeeper.session.timeout.ms in Kafka 3.x: how long a killed broker's partitions stay unanswered
+DEFAULT_SESSION_TIMEOUT_S = 18.0
 
 # scenarios.parquet
 SCENARIO_INFO = ["scenario_id", "name", "kind", "mode", "state", "brokers", "rack", "sequence", "step", "steps"]
 SCENARIO_COUNTS = ["evaluated"] + COUNTED
 SCENARIO_LOAD = ["survivors", "leaders_total", "leader_max", "leader_ideal", "leader_ratio"]
-SCENARIO_COLUMNS = SCENARIO_INFO + SCENARIO_COUNTS + SCENARIO_LOAD + ["level", "level_rank", "score"]
+SCENARIO_FAILURE = ["failed_shutdowns", "unavailable_window_s"]
+SCENARIO_COLUMNS = SCENARIO_INFO + SCENARIO_COUNTS + SCENARIO_LOAD + SCENARIO_FAILURE + ["level", "level_rank",
+                                                                                       "score"]
 
 WORST_PER_SCENARIO = 5
 
@@ -338,6 +363,7 @@ ROW_TYPES = {
     "rf": pa.int32(), "eff_min_isr": pa.int32(), "leader": pa.int32(), "isr": pa.list_(pa.int32()),
     "new_leader": pa.int32(), "new_isr": pa.list_(pa.int32()),
     **{k: pa.bool_() for k in OUTCOMES}, "severity": pa.int8(), "returned_leader": pa.int32(),
+    "leader_changes": pa.int32(), "shutdown_blocked_by": pa.int32(), "clean_return": pa.list_(pa.int32()),
 }
 
 SCENARIO_TYPES = {
@@ -347,6 +373,7 @@ SCENARIO_TYPES = {
     **{k: pa.int64() for k in COUNTED},
     "survivors": pa.int32(), "leaders_total": pa.int64(), "leader_max": pa.int64(),
     "leader_ideal": pa.float64(), "leader_ratio": pa.float64(),
+    "failed_shutdowns": pa.list_(pa.int32()), "unavailable_window_s": pa.float64(),
     "level": pa.string(), "level_rank": pa.int8(), "score": pa.int64(),
 }
 
@@ -363,9 +390,17 @@ def leader_load(counts: np.ndarray, survivors: np.ndarray) -> dict[str, float | 
             "leader_ratio": (mx / ideal) if ideal else 0.0}
 
 
+def unavailable_window(mode: str, session_timeout_s: float) -> float:
+    """Failure mode: the killed brokers' partitions answer nobody until their ZooKeeper sessions expire
+    (then they are re-elected, or stay offline). A controlled shutdown has no such window: leaders move
+    while the broker still serves, and what cannot move goes offline when the broker stops."""
+    return float(session_timeout_s) if mode == "failure" else 0.0
+
+
 def scenario_table(info: list[dict]) -> pa.Table:
-    """scenarios.parquet from per-scenario numbers ({"scenario": Scenario, counts..., load...}): the level
-    and score are evaluated here, from LEVEL_RANK and SCORE, for both engines."""
+    """scenarios.parquet from per-scenario numbers ({"scenario": Scenario, counts..., load...,
+    failed_shutdowns, unavailable_window_s}): the level and score are evaluated here, from LEVEL_RANK and
+    SCORE, for both engines."""
     n = len(info)
     env = {k: np.asarray([rec[k] for rec in info], dtype=np.int64 if k != "leader_ideal" else float)
            for k in SCENARIO_COUNTS + ["survivors", "leaders_total", "leader_max", "leader_ideal"]}
@@ -377,7 +412,7 @@ def scenario_table(info: list[dict]) -> pa.Table:
         vals = {"scenario_id": s.id, "name": s.name, "kind": s.kind, "mode": s.mode, "state": s.state,
                 "brokers": list(s.brokers), "rack": s.rack, "sequence": s.sequence, "step": s.step,
                 "steps": s.steps, "level": level_name(rank), "level_rank": rank, "score": score}
-        vals.update({k: rec[k] for k in SCENARIO_COUNTS + SCENARIO_LOAD})
+        vals.update({k: rec[k] for k in SCENARIO_COUNTS + SCENARIO_LOAD + SCENARIO_FAILURE})
         for c in SCENARIO_COLUMNS:
             cols[c].append(vals[c])
     return pa.table({c: pa.array(v, SCENARIO_TYPES[c]) for c, v in cols.items()})

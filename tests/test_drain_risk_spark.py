@@ -185,10 +185,13 @@ def test_plan_naming_unknown_partitions_or_brokers_exits_2(seed, tmp_path, capsy
 # ---------------------------------------------------------------------------------------- end to end
 def test_cli_names_the_seed_incident_and_scores_the_plan(spark, seed, tmp_path, capsys):
     out = tmp_path / "risk"
-    assert cli.main(["risk", "--snapshot", str(seed), "--out", str(out), "--drain", "1"]) == 0
+    assert cli.main(["risk", "--snapshot", str(seed), "--out", str(out), "--drain", "1", "--session-timeout", "6"]) == 0
     text = capsys.readouterr().out
     assert "drain 1 [controlled]" in text and "CRITICAL" in text
     assert "payments-0: replicas [1] leader 1 isr [1] -> leader -1 isr [1]" in text
+    # broker 1 leads payments-0 and orders-0: a kill leaves both unanswered for the 6 s session timeout
+    assert "drain 1 [failure]: 2 partitions unanswered for up to 6 s" in text
+    assert "back cleanly when 1 returns" in text
     assert "\033[" not in text  # no colour when stdout is not a terminal
     for f in ("scenarios.parquet", "summary.json"):
         assert (out / f).is_file()

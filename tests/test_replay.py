@@ -116,14 +116,56 @@ def test_controlled_shutdown_of_leader_follower_and_two_brokers():
 def test_controlled_shutdown_without_candidate_ends_as_hard_failure():
     s = snap([topic("t", {"replicas": [1, 2, 3], "leader": 1, "isr": [1, 2]}),
               topic("u", {"replicas": [1, 2, 3], "leader": 1, "isr": [1]}, unclean_leader_election_enable="true")])
-    rows, _ = run(s, (1, 2), "controlled")
+    rows, scenarios = run(s, (1, 2), "controlled")
     t = row(rows, "t")
-    # found against the sandbox: follower 2 leaves the ISR during its controlled shutdown while leader 1
-    # has nowhere to go, so the ISR ends as [1] (a kill of both leaves the highest id, [2], instead)
-    assert (t["new_leader"], t["new_isr"]) == (-1, [1]) and t["offline"] and t["would_need_unclean"]
-    assert row(run(s, (1, 2), "failure")[0], "t")["new_isr"] == [2]
-    u = row(rows, "u")  # the broker stops anyway; the controller then takes the unclean election
-    assert (u["new_leader"], u["new_isr"]) == (3, [3]) and u["unclean_taken"]
+    # requests one at a time, 1 first: t moves to 2 (stopping, but it has not asked yet), ISR [2]; then 2
+    # asks and t has nowhere to go: 2's shutdown fails, 2 stops uncleanly, t is left with ISR [2]
+    assert (t["new_leader"], t["new_isr"]) == (-1, [2]) and t["offline"] and t["would_need_unclean"]
+    assert (t["leader_changes"], t["shutdown_blocked_by"], t["blocks_shutdown"]) == (1, 2, True)
+    assert t["clean_return"] == [2] and not t["isr_order_dependent"]
+    # the other order: 2 only follows and leaves the ISR first; then 1 is left holding t
+    t21 = row(run(s, (2, 1), "controlled")[0], "t")
+    assert (t21["new_leader"], t21["new_isr"], t21["shutdown_blocked_by"], t21["clean_return"]) == (-1, [1], 1, [1])
+    # a kill of both in one event: which of 1 and 2 the ISR keeps is Kafka's hash-map order
+    killed = row(run(s, (1, 2), "failure")[0], "t")
+    assert killed["isr_order_dependent"] and sorted(killed["clean_return"]) == [1, 2]
+    assert killed["new_isr"] in ([1], [2]) and killed["unavailable_until_expiry"]
+    u = row(rows, "u")  # 1 stops anyway after its retries; the controller then takes the unclean election
+    assert (u["new_leader"], u["new_isr"]) == (3, [3]) and u["unclean_taken"] and u["shutdown_blocked_by"] == 1
+    drain = scenarios[0]
+    assert drain["failed_shutdowns"] == [1, 2] and drain["blocks_shutdown"] == 2 and drain["unavailable_window_s"] == 0
+
+
+def test_controlled_shutdown_requests_in_order_move_leaders_onto_drained_brokers_and_again():
+    s = snap([topic("a", {"replicas": [1, 2, 3]}), topic("b", {"replicas": [2, 1, 3]}),
+              topic("c", {"replicas": [1, 4, 2]}), topic("solo", {"replicas": [1]})], brokers=4)
+    rows, scenarios = run(s, (1, 2), "controlled")
+    a, b, c, solo = row(rows, "a"), row(rows, "b"), row(rows, "c"), row(rows, "solo")
+    # a: 1 asks -> 2 (not asked yet); 2 asks -> 3: two moves
+    assert (a["new_leader"], a["new_isr"], a["leader_changes"], a["moved_twice"]) == (3, [3], 2, True)
+    # b: 1 only follows (leaves the ISR); 2 asks -> 3: one move
+    assert (b["new_leader"], b["new_isr"], b["leader_changes"], b["moved_twice"]) == (3, [3], 1, False)
+    # c: 1 asks -> 4, which is not stopping: one move
+    assert (c["new_leader"], c["new_isr"], c["leader_changes"]) == (4, [4], 1)
+    # solo (RF=1) blocks nothing: Kafka 3.9 does not count it as remaining; it goes offline at the stop
+    assert (solo["new_leader"], solo["new_isr"], solo["shutdown_blocked_by"], solo["clean_return"]) == (-1, [1], -1, [1])
+    assert not solo["blocks_shutdown"]
+    drain = scenarios[0]
+    assert (drain["moved_twice"], drain["failed_shutdowns"], drain["unavailable_window_s"]) == (1, [], 0.0)
+    # the other order: 2 asks first (a: 2 follows, leaves), then 1 (a -> 3): a moves once
+    a21 = row(run(s, (2, 1), "controlled")[0], "a")
+    assert (a21["new_leader"], a21["leader_changes"]) == (3, 1)
+
+
+def test_failure_mode_states_the_unavailability_window():
+    s = snap([topic("t", {"replicas": [1, 2, 3]}), topic("u", {"replicas": [2, 1, 3]})])
+    info = risk.open_snapshot(s)
+    scenarios = [x for x in risk.build_scenarios(info, [(1,)], modes=("failure", "controlled")) if x.kind == "drain"]
+    res = replay.replay(replay.ClusterState.from_snapshot(s), scenarios, "3.7", session_timeout_s=6.0)
+    by_mode = {r["mode"]: r for r in res.scenarios.to_pylist()}
+    assert by_mode["failure"]["unavailable_window_s"] == 6.0 and by_mode["controlled"]["unavailable_window_s"] == 0
+    assert by_mode["failure"]["unavailable_until_expiry"] == 1  # t, led by 1; u only followed by 1
+    assert by_mode["controlled"]["unavailable_until_expiry"] == 0
 
 
 def test_controlled_keeps_dead_isr_members_failure_restricts_to_live():
