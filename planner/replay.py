@@ -308,7 +308,7 @@ def hard_failure(b: Batch, gone: np.ndarray, live: np.ndarray) -> Outcome:
 
 
 def controlled_shutdown(b: Batch, stopping: np.ndarray, live: np.ndarray,
-                        order: Sequence[int] | None = None) -> Outcome:
+                        order: Sequence[int] | None = None, alive: np.ndarray | None = None) -> Outcome:
     """Controlled shutdown of the brokers `stopping`, one ControlledShutdown request at a time in `order`
     (default: ascending id), then the brokers stop. Kafka's doControlledShutdown, per request of broker k:
     S grows by k; partitions with RF > 1 and a state led by k move to the first replica that is registered
@@ -317,10 +317,12 @@ def controlled_shutdown(b: Batch, stopping: np.ndarray, live: np.ndarray,
     follows drop k from the ISR unless it is the only member. Partitions led by k with no candidate make k's
     request fail (they stay k's: later requests cannot free them, S only grows), so k retries and then stops
     anyway. RF = 1 partitions are no obstacle (Kafka's partitionLeadersOnBroker counts RF > 1 only). Every
-    stopping broker then stops: a hard failure for what was not moved away.
+    stopping broker then stops: a hard failure for what was not moved away. A stopping broker that is
+    already dead (`alive`, default: all of them alive) sends no request and is no candidate.
     """
+    registered = live | (stopping if alive is None else stopping & alive)
     ids = list(dict.fromkeys(int(x) for x in order)) if order is not None else np.flatnonzero(stopping).tolist()
-    registered = live | stopping
+    ids = [k for k in ids if registered[k]]
     acting = b.has_state & (b.rf > 1)
     leader, isr = b.leader.copy(), b.isr.copy()
     changes = np.zeros(len(leader), dtype=np.int32)
@@ -405,9 +407,9 @@ def _batch(st: ClusterState, rows: np.ndarray, leader: np.ndarray, isr: np.ndarr
 
 
 def apply_rule(b: Batch, mode: str, gone: np.ndarray, live: np.ndarray,
-               order: Sequence[int] | None = None) -> Outcome:
+               order: Sequence[int] | None = None, alive: np.ndarray | None = None) -> Outcome:
     if mode == "controlled":
-        return controlled_shutdown(b, gone, live, order)
+        return controlled_shutdown(b, gone, live, order, alive)
     if mode == "failure":
         return hard_failure(b, gone, live)
     raise ValueError(f"mode must be one of {rm.MODES}, got {mode!r}")
@@ -424,7 +426,7 @@ def predict(state: ClusterState | Snapshot, brokers: Iterable[int], mode: str) -
     live = st.alive_lut(size) & ~gone
     rows = _Index(st.replicas).rows_on(brokers)
     leader, isr, has_state = st.leader.copy(), st.isr.copy(), st.has_state.copy()
-    out = apply_rule(_batch(st, rows, leader, isr, has_state), mode, gone, live, brokers)
+    out = apply_rule(_batch(st, rows, leader, isr, has_state), mode, gone, live, brokers, st.alive_lut(size))
     leader[rows], has_state[rows] = out.leader, out.has_state
     isr[rows] = _pad(out.isr, isr.shape[1])[:, : isr.shape[1]]
     names = np.asarray(st.topic_names, dtype=object)
@@ -524,7 +526,7 @@ def replay(state: ClusterState, scenarios: Sequence[rm.Scenario], kafka_version:
             leader_all, isr_all, hs_all = st.leader, st.isr, st.has_state  # read only
         rows = indexes[s.state].rows_on(s.brokers)
         b = _batch(st, rows, leader_all, isr_all, hs_all)
-        out = apply_rule(b, s.mode, gone, live, s.brokers)
+        out = apply_rule(b, s.mode, gone, live, s.brokers, alive)
         env = _facts(st, rows, b.leader, out, eff_min, s.mode, gone)
         if s.kind == "rolling":
             leader_r, isr_r, hs_r = return_brokers(b, out, b.isr, gone, alive)

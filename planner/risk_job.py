@@ -322,7 +322,8 @@ def _stage_requests(g: Callable[[str], Any]) -> dict[str, Any]:
     acting = g("has_state") & (g("rf") > 1)
     start = F.struct(g("leader").alias("leader"), g("isr").alias("isr"), F.array().cast("array<int>").alias("asked"),
                      F.lit(0).alias("moves"), F.lit(-1).alias("blocked"))
-    mine = F.array_intersect(g("s"), g("replicas"))  # in the order of s
+    # in the order of s; a dead broker sends no request
+    mine = F.array_except(F.array_intersect(g("s"), g("replicas")), g("dead"))
 
     # one request, from k
     k = F.get(mine, 0)

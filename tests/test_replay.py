@@ -157,6 +157,16 @@ def test_controlled_shutdown_requests_in_order_move_leaders_onto_drained_brokers
     assert (a21["new_leader"], a21["leader_changes"]) == (3, 1)
 
 
+def test_a_dead_broker_in_a_controlled_drain_sends_no_request_and_takes_no_leadership():
+    # found by the Spark-vs-replay differential: broker 4 is dead but still the ISR's other member
+    brokers = [{"id": 1}, {"id": 2}, {"id": 3}, {"id": 4, "alive": False}]
+    s = snap([topic("t", {"replicas": [1, 4], "leader": 1, "isr": [1, 4]})], brokers=brokers)
+    t = row(run(s, (4, 1), "controlled")[0], "t")
+    # 1 asks: 4 is not registered, so no candidate: 1's shutdown fails; both gone: one of them stays
+    assert (t["new_leader"], t["shutdown_blocked_by"], t["leader_changes"]) == (-1, 1, 0)
+    assert t["isr_order_dependent"] and sorted(t["clean_return"]) == [1, 4]
+
+
 def test_failure_mode_states_the_unavailability_window():
     s = snap([topic("t", {"replicas": [1, 2, 3]}), topic("u", {"replicas": [2, 1, 3]})])
     info = risk.open_snapshot(s)
