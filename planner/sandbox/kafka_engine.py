@@ -563,25 +563,40 @@ class KafkaEngine:
         }
 
     # --------------------------------------------------------------------------------------- down
-    def down(self) -> dict[str, Any]:
-        """SIGKILL every broker JVM of this sandbox (recorded pids, and any found by command line)."""
-        recs = self.records()
-        targets: dict[int, Path] = {}
-        for r in recs.values():
-            if r.pid and kbroker.is_broker(int(r.pid), r.config_path):
-                targets[int(r.pid)] = r.config_path
-        targets.update(kbroker.find_brokers(self.directory / KAFKA_DIR))
-        for pid, cfg in targets.items():
-            kbroker.kill_broker(pid, cfg)
-        deadline = time.monotonic() + 20
-        for pid in targets:
-            while pid_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            _reap(pid)
-        left = [pid for pid in targets if pid_alive(pid)]
-        if left:
-            raise KafkaSandboxError(f"broker JVMs {left} did not exit after SIGKILL")
-        return {"brokers_killed": sorted(targets)}
+    def down(self, timeout: float = 30) -> dict[str, Any]:
+        """SIGKILL every broker JVM of this sandbox (recorded pids, and any found by command line), until
+        half a second passes with none found: a starter killed between fork and exec leaves a child that
+        becomes a broker JVM a moment later, with its pid recorded nowhere."""
+        killed: set[int] = set()
+        deadline = time.monotonic() + timeout
+        quiet_since: float | None = None
+        while True:
+            targets: dict[int, Path] = {}
+            for r in self.records().values():
+                if r.pid and kbroker.is_broker(int(r.pid), r.config_path):
+                    targets[int(r.pid)] = r.config_path
+            targets.update(kbroker.find_brokers(self.directory / KAFKA_DIR))
+            for pid, cfg in targets.items():
+                kbroker.kill_broker(pid, cfg)
+                killed.add(pid)
+            for pid in targets:
+                while pid_alive(pid) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                _reap(pid)
+            now = time.monotonic()
+            left = [pid for pid in targets if pid_alive(pid)]
+            if left and now > deadline:
+                raise KafkaSandboxError(f"broker JVMs {left} did not exit after SIGKILL")
+            if targets:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= 0.5:
+                break
+            if now > deadline:
+                raise KafkaSandboxError(f"broker JVMs of {self.directory} kept appearing for {timeout:.0f}s")
+            time.sleep(0.1)
+        return {"brokers_killed": sorted(killed)}
 
     # --------------------------------------------------------------------------------------- data
     def produce(self, sizes: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
