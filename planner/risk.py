@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from planner import codec
+from planner import kafka_config as kc
 from planner import risk_model as rm
 from planner import snapshot_io as sio
 from planner.api import RiskRequest
@@ -448,12 +449,13 @@ def snapshot_from_cluster(cluster: Cluster) -> sio.Snapshot:
     """An in-memory snapshot of a cluster description (tests, the demo): the tables `kplan snapshot` would
     write for it, without ZooKeeper. Topic settings resolve as Kafka does: override, broker default, default."""
     defaults = cluster.broker_defaults
+    default_settings = kc.broker_default_settings(defaults, codec.broker_config_path(codec.DEFAULT_BROKER_ENTITY))
     names: list[str] = []
     part_rows: dict[str, list] = {k: [] for k in sio.PARTITIONS_SCHEMA.names}
     topic_rows: dict[str, list] = {k: [] for k in sio.TOPICS_SCHEMA.names}
     for t in sorted(cluster.topics, key=lambda t: t.name):
         names.append(t.name)
-        cfg = {**defaults, **t.config}
+        settings = kc.topic_settings(t.config, default_settings, codec.topic_config_path(t.name))
         for p_id, p in enumerate(t.partitions):
             vals = {"topic": t.name, "partition": p_id, "replicas": p.replicas, "adding_replicas": p.adding,
                     "removing_replicas": p.removing, "target_replicas": None, "has_state": p.has_state,
@@ -465,8 +467,8 @@ def snapshot_from_cluster(cluster: Cluster) -> sio.Snapshot:
                 part_rows[k].append(v)
         tvals = {"topic": t.name, "topic_id": t.topic_id, "znode_version": t.version, "partitions": len(t.partitions),
                  "replication_factor": max(len(p.replicas) for p in t.partitions),
-                 "min_insync_replicas": int(cfg.get("min.insync.replicas", "1")),
-                 "unclean_leader_election": cfg.get("unclean.leader.election.enable", "false").lower() == "true",
+                 "min_insync_replicas": settings.min_insync_replicas,
+                 "unclean_leader_election": settings.unclean_leader_election,
                  "config": json.dumps(t.config, separators=(",", ":")), "leader_throttled_replicas": None,
                  "follower_throttled_replicas": None, "queued_for_deletion": t.deleting}
         for k, v in tvals.items():

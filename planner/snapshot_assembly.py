@@ -20,8 +20,14 @@ import pyarrow.compute as pc
 from planner import codec, zkcolumns
 from planner import kafka_config as kc
 from planner import snapshot_io as sio
-from planner.errors import CodecError
-from planner.snapshot_reader import AdminRecord, BrokerRecord, ControllerRecord, PartitionBlock, TopicRecord
+from planner.snapshot_reader import (
+    AdminRecord,
+    BrokerRecord,
+    ControllerRecord,
+    PartitionBlock,
+    Problems,
+    TopicRecord,
+)
 
 
 @dataclass(frozen=True)
@@ -60,29 +66,24 @@ def _compact(config: Mapping[str, str]) -> str:
 
 def assemble(read: ClusterRead, lenient: bool) -> Assembled:
     """Build the three tables from what was read. Strict mode raises CodecError on a bad setting."""
-    extra: list[dict[str, str]] = []
-
-    def problem(e: CodecError, note: str = "") -> None:
-        if not lenient:
-            raise e
-        extra.append({"path": e.path, "problem": e.problem + note})
+    found = Problems(lenient)   # bad settings: an error, or (lenient) a warning
+    extra: list[dict[str, str]] = []   # facts about the read that are always listed
 
     defaults_cfg = read.broker_configs.get(codec.DEFAULT_BROKER_ENTITY, {})
-    try:
-        defaults = kc.broker_default_settings(defaults_cfg, codec.broker_config_path(codec.DEFAULT_BROKER_ENTITY))
-    except CodecError as e:
-        problem(e, " (Kafka's built-in default used)")
-        defaults = kc.TopicSettings(kc.DEFAULT_MIN_ISR, kc.DEFAULT_UNCLEAN)
+    defaults = found.decode("settings", kc.broker_default_settings, defaults_cfg,
+                            codec.broker_config_path(codec.DEFAULT_BROKER_ENTITY),
+                            default=kc.TopicSettings(kc.DEFAULT_MIN_ISR, kc.DEFAULT_UNCLEAN),
+                            note=" (Kafka's built-in default used)")
 
     # Topic settings; a malformed topic config skips the topic (its risk cannot be judged).
     kept: list[str] = []
     settings: list[kc.TopicSettings] = []
     for n in sorted(read.topics):
-        try:
-            settings.append(kc.topic_settings(read.topics[n].config, defaults, codec.topic_config_path(n)))
-        except CodecError as e:
-            problem(e)
+        got = found.decode("settings", kc.topic_settings, read.topics[n].config, defaults,
+                           codec.topic_config_path(n))
+        if got is None:
             continue
+        settings.append(got)
         kept.append(n)
     rank = {n: i for i, n in enumerate(kept)}
 
@@ -181,13 +182,8 @@ def assemble(read: ClusterRead, lenient: bool) -> Assembled:
         reg = rec.registration if rec else None
         config = read.broker_configs.get(str(b), {})
         where = codec.broker_config_path(b)
-        rates = []
-        for k in (kc.LEADER_THROTTLE_RATE, kc.FOLLOWER_THROTTLE_RATE):
-            try:
-                rates.append(kc.long_config(config, k, where))
-            except CodecError as e:
-                problem(e)
-                rates.append(None)
+        rates = [found.decode("settings", kc.long_config, config, k, where)
+                 for k in (kc.LEADER_THROTTLE_RATE, kc.FOLLOWER_THROTTLE_RATE)]
         rows_b["broker"].append(b)
         rows_b["alive"].append(rec is not None)
         rows_b["rack"].append(reg.rack if reg else None)
@@ -201,7 +197,7 @@ def assemble(read: ClusterRead, lenient: bool) -> Assembled:
         rows_b["leader_throttle_rate"].append(rates[0])
         rows_b["follower_throttle_rate"].append(rates[1])
     brokers = pa.table(rows_b, schema=sio.BROKERS_SCHEMA)
-    return Assembled(brokers, topics, partitions, tuple(extra))
+    return Assembled(brokers, topics, partitions, tuple(found.all() + extra))
 
 
 @dataclass(frozen=True)
@@ -223,21 +219,29 @@ def health(read: ClusterRead, tables: Assembled) -> Health:
         np.zeros(0, dtype=bool)
     leader = partitions.column("leader").to_numpy()
     alive_ids = brokers.filter(brokers.column("alive")).column("broker").to_numpy()
+    all_ids = brokers.column("broker").to_numpy()
+    lut = np.zeros(int(all_ids.max(initial=0)) + 2, dtype=bool)   # broker id -> registered
+    lut[alive_ids] = True
+
+    def registered(ids: np.ndarray) -> np.ndarray:
+        ids = ids.astype(np.int64, copy=False)
+        return (ids >= 0) & (ids < len(lut)) & lut[np.clip(ids, 0, len(lut) - 1)]
+
     rep_len = pc.list_value_length(partitions.column("replicas")).to_numpy(zero_copy_only=False)
     add_len = pc.list_value_length(partitions.column("adding_replicas")).to_numpy(zero_copy_only=False)
     isr = partitions.column("isr").combine_chunks()
     live_isr = np.zeros(n, dtype=np.int64)
     if len(isr.values):
         parent = pc.list_parent_indices(isr).to_numpy()
-        member_alive = np.isin(isr.values.to_numpy(zero_copy_only=False), alive_ids)
+        member_alive = registered(isr.values.to_numpy(zero_copy_only=False))
         live_isr = np.bincount(parent[member_alive], minlength=n)
     reps = partitions.column("replicas").combine_chunks()
     on_dead = np.zeros(n, dtype=bool)
     if len(reps.values):
-        dead_member = ~np.isin(reps.values.to_numpy(zero_copy_only=False), alive_ids)
+        dead_member = ~registered(reps.values.to_numpy(zero_copy_only=False))
         on_dead[pc.list_parent_indices(reps).to_numpy()[dead_member]] = True
     known = has_state & ~unknown
-    leader_alive = np.isin(leader, alive_ids)
+    leader_alive = registered(leader)
     offline = known & ~leader_alive
     under = known & leader_alive & (live_isr < rep_len - add_len)
     warnings: list[dict[str, str]] = []

@@ -309,6 +309,12 @@ def _read_table(path: Path, name: str, columns: list[str] | None = None) -> pa.T
     return _check_schema(name, table)
 
 
+def read_table(path: Path | str, name: str) -> pa.Table:
+    """One table of a snapshot folder (brokers, topics or partitions), checked against the schema but not
+    against the manifest's checksum: for a quick look (the CLI's summary) at a folder just written."""
+    return _read_table(Path(path), name)
+
+
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 

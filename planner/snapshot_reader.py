@@ -165,7 +165,9 @@ def state_violations(replicas: pa.ListArray, cols: zkcolumns.StateColumns) -> li
     isr_in = (isr < 0) | ((isr[:, :, None] == rep[:, None, :]).any(axis=2) if rep.shape[1]
                           else np.zeros(isr.shape, dtype=bool))
     dup = np.zeros(n, dtype=bool)
-    dup[zkcolumns.duplicate_rows(cols.isr_len, cols.isr_values.astype(np.int64))] = True
+    for i in range(isr.shape[1]):            # ISRs are short: compare the pairs of columns
+        for j in range(i + 1, isr.shape[1]):
+            dup |= (isr[:, i] == isr[:, j]) & (isr[:, i] >= 0)
     bad = known & ((leader < -1) | (cols.leader_epoch < 0) | (cols.controller_epoch < 0)
                    | ((cols.leader_recovery_state != 0) & (cols.leader_recovery_state != 1))
                    | ((leader >= 0) & ~in_rep) | ~isr_in.all(axis=1) | dup)

@@ -131,6 +131,9 @@ CASES = [
         "/brokers/topics/orders/partitions/1/state": _state(2, [2, 3, 7])}), "--out", str(c.out)],
          2, "/brokers/topics/orders/partitions/1/state: isr [2, 3, 7] names brokers [7] that are not replicas",
          zk=True),
+    Case("snapshot-isr-lists-a-broker-twice", lambda c: ["snapshot", "--zk", c.load(SEED, {
+        "/brokers/topics/orders/partitions/1/state": _state(2, [2, 3, 2])}), "--out", str(c.out)],
+         2, "/brokers/topics/orders/partitions/1/state: isr [2, 3, 2] lists a broker twice", zk=True),
     Case("snapshot-leader-outside-replicas", lambda c: ["snapshot", "--zk", c.load(SEED, {
         "/brokers/topics/orders/partitions/1/state": _state(9, [2, 3])}), "--out", str(c.out)],
          2, "/brokers/topics/orders/partitions/1/state: leader 9 is not a replica", zk=True),

@@ -51,7 +51,9 @@ def _run(args: argparse.Namespace) -> int:
                               lenient=args.lenient, timeout=args.timeout, auth=auth, workers=args.workers,
                               read_mode=args.read_mode, force=args.force)
     outcome = api.snapshot(req, progress=_progress)
-    print(summary(outcome, api.read_snapshot(outcome.path).brokers))
+    from planner.snapshot_io import read_table
+
+    print(summary(outcome, read_table(outcome.path, "brokers")))
     return 0
 
 
