@@ -212,6 +212,9 @@ class DrainRequest:
     sizes: Path | None = None                 # {"topic-partition": bytes} or kafka-log-dirs.sh output
     max_concurrent_per_broker: int = 5
     order: str = "smallest-first"             # data batches: smallest-first | largest-first
+    leader_scope: str = "touched"             # touched (only partitions the drain moves) | all
+    max_leader_changes: int | None = None     # all preferred-leader changes, necessary ones included
+    batch_seconds: int = 3600                 # target duration of a batch (its suggested throttle)
     force: bool = False
 
 
@@ -227,6 +230,9 @@ class RebalanceRequest:
     sizes: Path | None = None
     max_concurrent_per_broker: int = 5
     order: str = "smallest-first"
+    leader_scope: str = "all"                 # all | touched (only partitions whose replicas move)
+    max_leader_changes: int | None = None
+    batch_seconds: int = 3600
     force: bool = False
 
 

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from planner.codec import ReassignEntry, encode_reassignment
-from planner.optimizer.batches import changed_sets
+from planner.optimizer.batches import batch_traffic, changed_sets
+from planner.optimizer.hotspots import hot_spots
 from planner.optimizer.planning import PlanResult, broker_figures, move_figures, topic_leader_max
-from planner.plan_model import FORMAT, file_sha256, plan_id
+from planner.plan_model import FORMAT, batch_file_name, file_sha256, plan_id
 
 
 def _ids(pb, row: np.ndarray) -> list[int]:
@@ -45,10 +46,13 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
         moves.append({"topic": pb.topic_names[pb.topic_of[r]], "partition": int(pb.partition[r]), "from": frm,
                       "to": to, "bytes": nbytes, "kind": "data" if data[r] else "leader"})
     batches = []
-    for b in res.batches:
+    traffic = batch_traffic(pb, res.batches, res.params.batch_seconds)
+    for b, tr in zip(res.batches, traffic, strict=True):
         batches.append({
             "index": b.index,
             "kind": b.kind,
+            "file": batch_file_name(b.index, len(res.batches)),
+            **tr,
             "partitions": [[pb.topic_names[pb.topic_of[r]], int(pb.partition[r])] for r in b.rows.tolist()],
             "replicas": [_ids(pb, row) for row in b.replicas],
         })
@@ -76,6 +80,25 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
     }
     if "bytes_max_deviation_pct" in after:
         quality["bytes_max_deviation_pct_after"] = after["bytes_max_deviation_pct"]
+    lr = res.leaders
+    quality["leader_scope"] = res.params.scope
+    quality["necessary_leadership_changes"] = lr.necessary
+    quality["optional_leadership_changes"] = lr.optional
+    metric = "bytes" if res.rebalance is not None and res.rebalance.mode == "bytes" else "replicas"
+    budget_hit = res.rebalance is not None and bool(res.rebalance.unreached)
+    quality["hot_spots"] = hot_spots(pb, final, res.eligible, res.drained, metric, budget_hit)
+    leadership = {
+        "scope": res.params.scope,
+        "max_changes": res.params.max_leader_changes,
+        "leadership_changes": lr.changes,
+        "necessary": lr.necessary,
+        "optional": lr.optional,
+        "leader_spread_after": after["leader_spread"],
+        "leaders_within_one_of_ideal": quality["leaders_within_one_of_ideal"],
+        "max_topic_leaders_per_broker_after": quality["max_topic_leaders_per_broker_after"],
+        "topics_over_ceil_partitions_per_broker": quality["topics_over_ceil_partitions_per_broker"],
+        "alternative": dict(res.alternative),
+    }
     if res.params.kind == "drain":
         placement = {"method": "min-cost flow (all drained brokers jointly)", "status": "OPTIMAL"}
     elif res.rebalance and res.rebalance.exact:
@@ -94,6 +117,7 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
         "snapshot": snapshot,
         "parameters": parameters,
         "summary": {**mf, **quality, "batches": len(res.batches)},
+        "leadership": leadership,
         "brokers": {
             "ids": [int(b) for b in pb.broker_ids.tolist()],
             "racks": [pb.rack_names[r] if r >= 0 else None for r in pb.rack_of.tolist()],
@@ -130,6 +154,13 @@ def reassignment_entries(res: PlanResult, original: bool = False) -> list[Reassi
             for r in res.changed.tolist()]
 
 
+def batch_entries(res: PlanResult, batch) -> list[ReassignEntry]:
+    """One batch in Kafka's reassignment format: the lists it writes, in its apply order."""
+    pb = res.problem
+    return [ReassignEntry(pb.topic_names[pb.topic_of[r]], int(pb.partition[r]), tuple(_ids(pb, row)))
+            for r, row in zip(batch.rows.tolist(), batch.replicas, strict=True)]
+
+
 def _dumps(obj: Any, level: int = 0) -> str:
     """Readable and diff-friendly: objects open up to two levels, each move / batch on its own line."""
     pad = "  " * (level + 1)
@@ -144,17 +175,20 @@ def _dumps(obj: Any, level: int = 0) -> str:
 
 def write_plan(out: Path | str, res: PlanResult, snapshot: dict[str, Any], parameters: dict[str, Any],
                solve: dict[str, Any] | Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Write the three files (each through a temporary name, plan.json last) and solve.json (timings; a
-    callable is called after the three files are written, so it can time the writing)."""
+    """Write reassignment.json, rollback.json, one batch-NNN.json per batch and plan.json (with their
+    checksums), each through a temporary name, plan.json last, and solve.json (timings; a callable is called
+    after the plan's files are written, so it can time the writing)."""
     out = Path(out)
     texts = {
         "reassignment.json": encode_reassignment(reassignment_entries(res)) + b"\n",
         "rollback.json": encode_reassignment(reassignment_entries(res, original=True)) + b"\n",
     }
+    for b in res.batches:
+        texts[batch_file_name(b.index, len(res.batches))] = encode_reassignment(batch_entries(res, b)) + b"\n"
     doc = plan_document(res, snapshot, parameters, {name: file_sha256(data) for name, data in texts.items()})
     texts["plan.json"] = (_dumps(doc) + "\n").encode("utf-8")
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("reassignment.json", "rollback.json", "plan.json"):
+    for name in texts:
         tmp = out / f".{name}.tmp"
         tmp.write_bytes(texts[name])
         os.replace(tmp, out / name)

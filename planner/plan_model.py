@@ -46,9 +46,11 @@ def file_sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def batch_file_name(index: int) -> str:
-    """The file a batch may be written to on its own (`batch-007.json` for index 7)."""
-    return f"batch-{index:03d}.json"
+def batch_file_name(index: int, count: int = 0) -> str:
+    """The file a batch is written to on its own (`batch-007.json` for index 7): zero-padded to three digits,
+    or to the digits of the last index of a plan with `count` > 1,000 batches, so that the files sort in apply
+    order."""
+    return f"batch-{index:0{max(3, len(str(max(0, count - 1))))}d}.json"
 
 
 def frozen(value: Any) -> Any:
@@ -362,12 +364,20 @@ def read_plan(path: Path | str) -> Plan:
                 if final.get(key) != reps:
                     raise _bad(where, f"batch {b.index} writes {key[0]}-{key[1]} as {list(reps)}, not the plan's "
                                       f"target {list(final.get(key) or ())}")
-    _check_batch_files(path, batches)
+    listed = {b["index"]: b["file"] for b in doc["batches"] if isinstance(b, dict) and "file" in b}
+    _check_batch_files(path, batches, listed)
     return plan
 
 
-def _check_batch_files(path: Path, batches: tuple[Batch, ...]) -> None:
-    """batch-NNN.json files, when a writer adds them: each in reassignment format, holding exactly batch NNN."""
+def _check_batch_files(path: Path, batches: tuple[Batch, ...], listed: Mapping[int, Any]) -> None:
+    """batch-NNN.json files, when a writer adds them: each in reassignment format, holding exactly batch NNN;
+    a file a batch lists in plan.json (its `file`) must be there."""
+    for index, name in sorted(listed.items()):
+        m = BATCH_FILE_RE.match(name) if isinstance(name, str) else None
+        if not m or int(m.group(1)) != index:
+            raise _bad(path / "plan.json", f"batch {index} names file {name!r}, not a batch-NNN.json of its own")
+        if not (path / name).is_file():
+            raise _bad(path, f"{name} is missing (batch {index} of plan.json)")
     by_index = {b.index: b for b in batches}
     for f in sorted(path.iterdir()):
         m = BATCH_FILE_RE.match(f.name)

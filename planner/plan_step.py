@@ -31,7 +31,8 @@ def _params(kind: str, req: DrainRequest | RebalanceRequest):
     params = Params(kind=kind, brokers=brokers, max_moves=getattr(req, "max_moves", None),
                     max_bytes=getattr(req, "max_bytes", None),
                     max_concurrent_per_broker=req.max_concurrent_per_broker, order=req.order,
-                    balance=getattr(req, "balance", "auto"))
+                    balance=getattr(req, "balance", "auto"), leader_scope=req.leader_scope,
+                    max_leader_changes=req.max_leader_changes, batch_seconds=req.batch_seconds)
     params.validate()
     return params
 
@@ -84,6 +85,9 @@ def run_plan(kind: str, req: DrainRequest | RebalanceRequest, say: Callable[[str
         "max_concurrent_per_broker": params.max_concurrent_per_broker,
         "order": params.order,
         "balance": res.rebalance.mode if res.rebalance else None,
+        "leader_scope": params.scope,
+        "max_leader_changes": params.max_leader_changes,
+        "batch_seconds": params.batch_seconds,
     }
     timings = {"load": round(load_s, 3), **{k.removesuffix("_s"): round(v, 3) for k, v in res.timings.items()}}
     say(f"writing {req.out}")

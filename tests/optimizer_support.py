@@ -248,6 +248,114 @@ def leader_optimum(final: dict, fixed_keys: set, eligible: set[int], bounds: dic
     return results
 
 
+def final_placement(spec: Spec, final: dict) -> dict:
+    """The placement under a plan's final lists: partitions whose replica set is unchanged in their original
+    order (what any leader order starts from), the others as planned."""
+    return {k: (list(spec.assignment[k]) if set(v) == set(spec.assignment[k]) else list(v)) for k, v in final.items()}
+
+
+def scope_keys(spec: Spec, final: dict, excluded: set[str], scope: str) -> set:
+    """Partitions whose preferred leader a plan with this leader scope may change: every non-excluded one
+    ("all"), or those whose replica set the plan changes ("touched")."""
+    return {k for k in final if k[0] not in excluded
+            and (scope == "all" or set(final[k]) != set(spec.assignment[k]))}
+
+
+def necessary_keys(spec: Spec, final: dict, movable: set, eligible: set[int]) -> set:
+    """Partitions that must get a new preferred leader: the old one holds no replica any more, or (when the
+    plan may reorder the partition) it is not an eligible broker while another replica's broker is."""
+    out = set()
+    for k, before in spec.assignment.items():
+        if not before:
+            continue
+        gone = before[0] not in final[k]
+        dead = k in movable and before[0] not in eligible and any(b in eligible for b in final[k])
+        if gone or dead:
+            out.add(k)
+    return out
+
+
+def expected_leaders(spec: Spec, final: dict, excluded: set[str], eligible: set[int], scope: str
+                     ) -> tuple[dict[str, int], dict[str, int], set]:
+    """(per-topic least bottleneck given the fixed leaders, CP-SAT optimum of leader_optimum, movable keys)
+    for leader scope `scope` on placement `final`."""
+    movable = scope_keys(spec, final, excluded, scope) | necessary_keys(spec, final, set(), eligible)
+    movable = {k for k in movable if k[0] not in excluded}
+    bounds = {}
+    for t in spec.topics():
+        if t in excluded:
+            continue
+        keys = [k for k in final if k[0] == t]
+        cands = [c for c in ([b for b in final[k] if b in eligible] for k in keys if k in movable) if c]
+        if not cands:
+            continue
+        fixed: dict[int, int] = {}
+        for k in keys:
+            if k not in movable and final[k] and final[k][0] in eligible:
+                fixed[final[k][0]] = fixed.get(final[k][0], 0) + 1
+        bounds[t] = min_topic_bottleneck(cands, fixed)
+    fixed_keys = set(final) - movable
+    return bounds, leader_optimum(final, fixed_keys, eligible, bounds, spec.assignment), movable
+
+
+def leaders_over_bounds(final: dict, eligible: set[int], bounds: dict[str, int]) -> int:
+    """Sum over (topic, broker) of the preferred leaders above the topic's bound."""
+    per: dict[tuple[str, int], int] = {}
+    for k, reps in final.items():
+        if reps and reps[0] in eligible:
+            per[(k[0], reps[0])] = per.get((k[0], reps[0]), 0) + 1
+    return sum(max(0, n - bounds[t]) for (t, _b), n in per.items() if t in bounds)
+
+
+def leader_optimum_within(final: dict, movable: set, eligible: set[int], bounds: dict[str, int],
+                          original: dict, max_changes: int) -> tuple[int, int]:
+    """CP-SAT: the least (leaders over the topic bounds, then sum of squares of per-broker leader counts) over
+    leader choices of the `movable` partitions that change replicas[0] of at most `max_changes` partitions."""
+    res = []
+    for stage in ("over", "square"):
+        m = cp_model.CpModel()
+        lead: dict[int, list] = {b: [] for b in eligible}
+        per_tb: dict[tuple[str, int], list] = {}
+        changes = []
+        const_changes = 0
+        for k, reps in sorted(final.items()):
+            cands = [b for b in reps if b in eligible]
+            if k not in movable or not cands:
+                if reps and reps[0] in eligible:
+                    lead[reps[0]].append(1)
+                    per_tb.setdefault((k[0], reps[0]), []).append(1)
+                const_changes += int(reps[:1] != original[k][:1])
+                continue
+            xs = [m.new_bool_var("") for _ in cands]
+            m.add_exactly_one(xs)
+            for b, x in zip(cands, xs, strict=True):
+                lead[b].append(x)
+                per_tb.setdefault((k[0], b), []).append(x)
+                if b != original[k][0]:
+                    changes.append(x)
+        m.add(sum(changes) + const_changes <= max_changes)
+        over = []
+        for (t, _b), xs in per_tb.items():
+            if t in bounds:
+                o = m.new_int_var(0, len(xs), "")
+                m.add(o >= sum(xs) - bounds[t])
+                over.append(o)
+        total = sum(len(v) for v in lead.values())
+        sq = []
+        for b in eligible:
+            nv = _as_var(m, sum(lead[b]))
+            s2 = m.new_int_var(0, total * total, "")
+            m.add_multiplication_equality(s2, [nv, nv])
+            sq.append(s2)
+        if stage == "over":
+            m.minimize(sum(over))
+        else:
+            m.add(sum(over) == res[0])
+            m.minimize(sum(sq))
+        res.append(int(round(_solve(m).objective_value)))
+    return res[0], res[1]
+
+
 def drain_count_optimum(spec: Spec, drained: set[int], rack_aware: bool) -> tuple[int, int]:
     """(least possible max, greatest possible min) replica count over eligible brokers after a drain that
     moves only the drained replicas (CP-SAT, two solves)."""

@@ -51,7 +51,7 @@ def test_topic_with_as_many_partitions_as_brokers_gets_all_leaders_on_different_
     assign = {("orders", i): [1, (i % 5) + 2, ((i + 1) % 5) + 2] for i in range(6)}
     spec = Spec(_racks(6), set(range(1, 7)), assign)
     for kind in ("rebalance", "drain"):
-        params = Params("rebalance") if kind == "rebalance" else Params("drain", [6])
+        params = Params("rebalance") if kind == "rebalance" else Params("drain", [6], leader_scope="all")
         res, doc = _plan(tmp_path / kind, spec, params)
         final = plan_maps(doc, spec)
         leaders = [final[("orders", i)][0] for i in range(6)]

@@ -20,9 +20,11 @@ from optimizer_support import (
     check_guarantees,
     counts,
     drain_count_optimum,
+    expected_leaders,
+    final_placement,
     leader_counts,
-    leader_optimum,
     min_topic_bottleneck,
+    necessary_keys,
     plan_maps,
     rebalance_optimum,
     topic_leader_floor,
@@ -83,35 +85,39 @@ def _plan(tmp, spec: Spec, excluded: set[str], params: Params):
 
 
 def _check_leaders(spec: Spec, final: dict, excluded: set[str], eligible: set[int], doc: dict,
-                   caps: dict[str, int] | None = None) -> None:
-    """Per-topic bottleneck minimal on the final placement (and within `caps`: a rebalance's
-    max(ceil(partitions / brokers), least any placement allows)), then global balance and fewest changes."""
-    bounds = {}
-    for t in spec.topics():
-        if t in excluded:
-            continue
-        keys = [k for k in final if k[0] == t]
-        cands = [[b for b in final[k] if b in eligible] for k in keys]
-        cands = [c for c in cands if c]
-        if not cands:
-            continue
-        best = min_topic_bottleneck(cands, {})
-        lead = {}
-        for k in keys:
-            if final[k] and final[k][0] in eligible:
+                   caps: dict[str, int] | None = None, scope: str = "all") -> None:
+    """With leader scope `scope`: partitions outside it keep their order; within every topic the bottleneck is
+    the least the placement allows given the leaders that stay (and within `caps`: a rebalance's
+    max(ceil(partitions / brokers), least any placement allows)); then global balance and fewest changes;
+    necessary and optional changes as counted here; and what the other scope would reach, as plan.json says."""
+    bounds, opt, movable = expected_leaders(spec, final, excluded, eligible, scope)
+    for k in set(final) - movable:
+        if set(final[k]) == set(spec.assignment[k]):
+            assert final[k] == spec.assignment[k], f"{k} is outside scope {scope} but was reordered"
+    for t, best in bounds.items():
+        lead: dict[int, int] = {}
+        for k in final:
+            if k[0] == t and final[k] and final[k][0] in eligible:
                 lead[final[k][0]] = lead.get(final[k][0], 0) + 1
         assert max(lead.values()) == best, f"topic {t}: {max(lead.values())} leaders on one broker, min {best}"
-        if caps is not None:
+        if caps is not None and scope == "all":
             assert best <= caps[t], f"topic {t}: bound {best}, cap {caps[t]}"
-        bounds[t] = best
-    fixed = {k for k in final if k[0] in excluded}
-    opt = leader_optimum(final, fixed, eligible, bounds, spec.assignment)
     lc = leader_counts(final, eligible)
     assert sum(v * v for v in lc.values()) == opt["square"], (lc, opt)
     assert max(lc.values()) - min(lc.values()) == opt["spread"], (lc, opt)
-    changed = sum(1 for k in final if final[k][:1] != spec.assignment[k][:1])
-    assert changed == opt["changes"], (changed, opt)
-    assert doc["summary"]["leadership_changes"] == changed
+    changed = {k for k in final if final[k][:1] != spec.assignment[k][:1]}
+    assert len(changed) == opt["changes"], (len(changed), opt)
+    s = doc["summary"]
+    assert s["leadership_changes"] == len(changed) and s["leader_scope"] == scope
+    needed = necessary_keys(spec, final, movable, eligible)
+    assert s["necessary_leadership_changes"] == len(changed & needed)
+    assert s["optional_leadership_changes"] == len(changed - needed)
+    # the other scope, on the same placement
+    other = "all" if scope == "touched" else "touched"
+    _, opt2, movable2 = expected_leaders(spec, final_placement(spec, final), excluded, eligible, other)
+    alt = doc["leadership"]["alternative"]
+    assert alt["scope"] == other
+    assert (alt["leadership_changes"], alt["leader_spread_after"]) == (opt2["changes"], opt2["spread"]), (alt, opt2)
 
 
 @SETTINGS
@@ -155,7 +161,7 @@ def test_drain_properties(tmp_path_factory, data):
     assert (max(c.values()), min(c.values())) == (best_max, best_min)
     if best_max - best_min <= 1:
         assert max(c.values()) - min(c.values()) <= 1
-    _check_leaders(spec, final, excluded, eligible, doc)
+    _check_leaders(spec, final, excluded, eligible, doc, scope="touched")
     check_batches(doc, spec, drained, limit)
 
 

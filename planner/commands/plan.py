@@ -45,6 +45,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="moves per broker per batch (default 5)")
         q.add_argument("--order", choices=["smallest-first", "largest-first"], default="smallest-first",
                        help="data batches order by partition size")
+        q.add_argument("--leader-scope", choices=["touched", "all"],
+                       help="partitions that may change their preferred leader: touched (only those the plan "
+                            "moves) or all (default: touched for a drain, all for a rebalance)")
+        q.add_argument("--max-leader-changes", type=int, metavar="N",
+                       help="at most N preferred-leader changes in all (the most level leaders within it)")
+        q.add_argument("--batch-seconds", type=int, default=3600, metavar="S",
+                       help="target duration of one batch: its suggested throttle is its busiest broker's "
+                            "bytes over S (default 3600)")
         q.add_argument("--quiet", action="store_true", help="no progress on stderr")
         q.add_argument("--force", action="store_true", help="replace --out if it is not empty")
         q.set_defaults(func=_run)
@@ -91,7 +99,10 @@ def _run(args: argparse.Namespace) -> int:
 
     common = dict(snapshot=args.snapshot, out=args.out, exclude_topics=args.exclude_topics,
                   rack_aware=args.rack_aware, sizes=args.sizes,
-                  max_concurrent_per_broker=args.max_concurrent_per_broker, order=args.order, force=args.force)
+                  max_concurrent_per_broker=args.max_concurrent_per_broker, order=args.order, force=args.force,
+                  max_leader_changes=args.max_leader_changes, batch_seconds=args.batch_seconds)
+    if args.leader_scope:
+        common["leader_scope"] = args.leader_scope
     if args.kind == "drain":
         outcome = api.plan_drain(api.DrainRequest(brokers=tuple(_broker_list(args.brokers)), **common),
                                  progress=progress)
@@ -118,14 +129,30 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any]) -> None:
         f"(ideal {s['ideal_leaders_per_broker']} per broker, within 1: {s['leaders_within_one_of_ideal']})",
         f"  topic leaders      max per broker {s['max_topic_leaders_per_broker_after']}; "
         f"{s['topics_over_ceil_partitions_per_broker']} topics above ceil(partitions/brokers)",
-        f"  leadership changes {s['leadership_changes']} ({s['leader_only_partitions']} reorders without data)",
+        f"  leadership changes {s['leadership_changes']} ({s['necessary_leadership_changes']} necessary, "
+        f"{s['optional_leadership_changes']} optional; {s['leader_only_partitions']} reorders without data), "
+        f"scope {s['leader_scope']}",
     ]
+    alt = doc["leadership"]["alternative"]
+    lines.append(f"  scope {alt['scope']:<12} would make {alt['leadership_changes']} leadership changes "
+                 f"({alt['optional']} optional), leader spread {alt['leader_spread_after']}, "
+                 f"{alt['topics_over_ceil_partitions_per_broker']} topics above ceil(partitions/brokers)")
     if "bytes_max_deviation_pct" in a:
         lines.append(f"  bytes vs mean      max deviation {b['bytes_max_deviation_pct']}% -> "
                      f"{a['bytes_max_deviation_pct']}%")
     nlead = sum(1 for x in doc["batches"] if x["kind"] == "leadership")
     lines.append(f"  batches            {nlead} leadership + {s['batches'] - nlead} data "
                  f"(max {p['max_concurrent_per_broker']} moves per broker, {p['order']})")
+    data = [x for x in doc["batches"] if x["kind"] == "data"]
+    if data and data[0]["suggested_throttle_bytes_per_s"] is not None:
+        top = max(x["suggested_throttle_bytes_per_s"] for x in data)
+        lines.append(f"  batch files        {doc['batches'][0]['file']} .. {doc['batches'][-1]['file']}; "
+                     f"suggested throttle up to {_human(top)}/s ({p['batch_seconds']} s per batch)")
+    elif doc["batches"]:
+        lines.append(f"  batch files        {doc['batches'][0]['file']} .. {doc['batches'][-1]['file']}")
+    for h in s["hot_spots"]:
+        lines.append(f"  HOT SPOT           broker {h['broker']} ({h['rack']}): {h['excess_pct']:+.1f}% "
+                     f"{h['metric']} vs the mean; {h['reason']}: {h['detail']}")
     t = solve["timings_s"]
     lines.append("  times              " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
     for w in doc["warnings"]:

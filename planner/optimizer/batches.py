@@ -112,3 +112,46 @@ def _first_fit(orig: np.ndarray, final: np.ndarray, limit: int, n_brokers: int) 
     order = np.argsort(assign, kind="stable")
     bounds = np.searchsorted(assign[order], np.arange(len(load) + 1))
     return [order[bounds[k]:bounds[k + 1]] for k in range(len(load)) if bounds[k + 1] > bounds[k]]
+
+
+def batch_traffic(pb: Problem, batches: list[Batch], seconds: int) -> list[dict]:
+    """Per batch: bytes copied, the most one broker receives (`max_broker_bytes_in`: its follower throttle
+    carries them) and sends (`max_broker_bytes_out`: the partition's leader serves every new replica, under
+    its leader throttle), and the suggested throttle: the larger of the two over `seconds`, in bytes/s, since
+    Kafka's throttle is a per-broker rate. The sender is the leader when the batch runs: the one the
+    leadership batch put first, else the snapshot's leader if it still holds a replica and is registered,
+    else the first registered replica (none for a partition without one: nothing can copy it). Byte figures
+    are None when sizes are unknown; a leadership batch copies nothing."""
+    B = pb.num_brokers
+    orig = pb.replicas
+    sender = pb.leader.copy() if pb.leader is not None else np.full(len(orig), -1, np.int32)
+    ok = (sender >= 0) & pb.alive[np.maximum(sender, 0)] & (orig == sender[:, None]).any(axis=1)
+    first_alive = np.where((orig >= 0) & pb.alive[np.maximum(orig, 0)], orig, -1)
+    j = np.argmax(first_alive >= 0, axis=1) if orig.shape[1] else np.zeros(len(orig), np.int64)
+    fallback = first_alive[np.arange(len(orig)), j] if orig.shape[1] else np.full(len(orig), -1)
+    sender = np.where(ok, sender, fallback).astype(np.int64)
+    out = []
+    for b in batches:
+        if b.kind == "leadership":
+            sender[b.rows] = b.replicas[:, 0]
+            out.append({"bytes": 0, "max_broker_bytes_in": 0, "max_broker_bytes_out": 0,
+                        "suggested_throttle_bytes_per_s": None})
+            continue
+        o = orig[b.rows]
+        added = (b.replicas >= 0) & ~(b.replicas[:, :, None] == o[:, None, :]).any(axis=2)
+        if not pb.sizes_known:
+            out.append({"bytes": None, "max_broker_bytes_in": None, "max_broker_bytes_out": None,
+                        "suggested_throttle_bytes_per_s": None})
+            continue
+        size = np.maximum(pb.sizes[b.rows], 0)
+        w_in = np.broadcast_to(size[:, None], added.shape)[added]
+        bytes_in = np.bincount(b.replicas[added], weights=w_in, minlength=B)
+        n_new = added.sum(axis=1)
+        src = sender[b.rows]
+        has = src >= 0
+        bytes_out = np.bincount(src[has], weights=(size * n_new)[has], minlength=B)
+        busiest = int(max(bytes_in.max(initial=0), bytes_out.max(initial=0)))
+        out.append({"bytes": int((size * n_new).sum()), "max_broker_bytes_in": int(bytes_in.max(initial=0)),
+                    "max_broker_bytes_out": int(bytes_out.max(initial=0)),
+                    "suggested_throttle_bytes_per_s": -(-busiest // seconds) if busiest else 0})
+    return out

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.optimizer.checks import Infeasible
 from planner.optimizer.mcf import BIG_CAP, FlowGraph, band, level_arcs, unique
 from planner.optimizer.problem import Problem
 
@@ -34,6 +35,22 @@ class LeaderResult:
     topic_bound: np.ndarray  # (T,) the per-topic bound used (0 for topics with nothing to place)
     changes: int             # partitions whose preferred leader changed (reorders and moved leaders)
     method: str = "exact"    # "exact" (one min-cost flow) | "decomposed" (per topic, then balancing rounds)
+    necessary: int = 0       # of `changes`: partitions whose preferred leader the placement takes away
+    optional: int = 0        # of `changes`: partitions whose leader still holds a replica, led elsewhere
+
+
+def necessary_changes(pb: Problem, final: np.ndarray, eligible: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """(P,) bool: partitions that must get a new preferred leader on placement `final`: the current one no
+    longer holds a replica, or (among the `active` partitions, those the plan may reorder) it is not registered
+    while another replica's broker may lead. Excluded and in-flight partitions never count."""
+    orig = pb.replicas
+    if not orig.shape[1]:
+        return np.zeros(len(orig), dtype=bool)
+    prev = orig[:, 0]
+    cand = _candidates(final, eligible)
+    stays = ((cand == prev[:, None]) & (prev >= 0)[:, None]).any(axis=1)
+    gone = (prev >= 0) & ~(final == prev[:, None]).any(axis=1)
+    return ~pb.fixed & (gone | (active & ~stays & (cand >= 0).any(axis=1)))
 
 
 def _candidates(final: np.ndarray, eligible: np.ndarray) -> np.ndarray:
@@ -108,18 +125,27 @@ class _Setup:
 
 
 def choose_leaders(pb: Problem, final: np.ndarray, eligible: np.ndarray, active: np.ndarray,
-                   min_bound: np.ndarray | None = None, exact_limit: int = 20_000) -> LeaderResult:
-    """Leaders for the `active` partitions of placement `final`; the others keep their order.
+                   min_bound: np.ndarray | None = None, exact_limit: int = 20_000,
+                   max_changes: int | None = None) -> LeaderResult:
+    """Leaders for the `active` partitions of placement `final`; the others keep their order (a partition
+    whose leader the placement takes away is always active: it has to be given one).
 
     Up to `exact_limit` partitions one exact flow (all three priorities at once); above it, a decomposition
     that scales: (a) per topic, the fewest changes that meet the topic's bound, then (b) rounds of a
     broker-level flow that levels the per-broker counts with single leader changes that keep every topic
-    within its bound (see `_balance_rounds`).
+    within its bound (see `_balance_rounds`). With `max_changes` (all leadership changes, necessary ones
+    included) a Lagrangian search over exact flows (`_exact_budget`) at any size.
     """
     B = pb.num_brokers
     P = pb.num_partitions
     cand_all = _candidates(final, eligible)
-    active = active & (cand_all >= 0).any(axis=1)
+    needed = necessary_changes(pb, final, eligible, active)
+    active = (active | needed) & ~pb.fixed & (cand_all >= 0).any(axis=1)
+    necessary = int(needed.sum())
+    if max_changes is not None and max_changes < necessary:
+        raise Infeasible("leader-changes", f"at most {max_changes} leadership changes were asked for, but "
+                         f"{necessary} partitions lose their preferred leader's replica (or it leaves) in this "
+                         f"plan and must be given a new one: allow at least {necessary}")
     rows = np.flatnonzero(active)
     cand = cand_all[rows]
     t_of = pb.topic_of[rows].astype(np.int64)
@@ -134,9 +160,11 @@ def choose_leaders(pb: Problem, final: np.ndarray, eligible: np.ndarray, active:
     e_idx = np.flatnonzero(eligible)
     lo, hi = band(len(rows) + int(fixed_b[e_idx].sum()), len(e_idx))
     s = _Setup(rows, cand, t_of, prev, assigned, fixed_b, fixed_tb, bound, e_idx, lo, hi)
-    method = "exact" if len(rows) <= exact_limit else "decomposed"
-    if method == "exact":
-        leader_rows = _exact(pb, s)
+    method = "exact" if len(rows) <= exact_limit or max_changes is not None else "decomposed"
+    if max_changes is not None:
+        leader_rows = _exact_budget(pb, s, max_changes - necessary)
+    elif method == "exact":
+        leader_rows = _exact(pb, s)[0]
     else:
         leader_rows = _within_topics(pb, s)
         leader_rows = _balance_rounds(pb, s, leader_rows)
@@ -149,8 +177,10 @@ def choose_leaders(pb: Problem, final: np.ndarray, eligible: np.ndarray, active:
         j = np.argmax(sub == leader_rows[:, None], axis=1)
         key = np.where(col == j[:, None], -1, col)
         ordered[rows] = np.take_along_axis(sub, np.argsort(key, axis=1, kind="stable"), axis=1)
-    changes = int((ordered[:, 0] != pb.replicas[:, 0]).sum()) if P else 0
-    return LeaderResult(ordered, leader, bound, changes, method)
+    changed = (ordered[:, 0] != pb.replicas[:, 0]) if P and final.shape[1] else np.zeros(P, dtype=bool)
+    changes = int(changed.sum())
+    n_needed = int((changed & needed).sum())
+    return LeaderResult(ordered, leader, bound, changes, method, n_needed, changes - n_needed)
 
 
 def _fixed_of(s: _Setup, keys: np.ndarray) -> np.ndarray:
@@ -169,8 +199,13 @@ def _home(key: np.ndarray, bind: np.ndarray, tb: np.ndarray, bnode: np.ndarray, 
     return np.where((pos < len(bind)) & (bind[pos_c] == key), tb[pos_c], bnode[key % B])
 
 
-def _exact(pb: Problem, s: _Setup, span: int = 16) -> np.ndarray:
-    """The circulation described in the module docstring, solved exactly."""
+def _exact(pb: Problem, s: _Setup, span: int = 16, change_cost: int = 1, weight: int | None = None,
+           square: bool = False, soft_cap: int | None = None) -> tuple[np.ndarray, int]:
+    """The circulation described in the module docstring, solved exactly; returns (leader per row, optional
+    changes made). By default level costs outweigh every total of change costs (balance always wins) and the
+    topic bounds are hard. The budgeted search (`_exact_budget`) prices a change at `change_cost` against
+    square level costs of weight 1 (`square`: the sum of squares of the per-broker counts, up to a constant)
+    and makes the bounds soft at `soft_cap` per leader over a bound."""
     B = pb.num_brokers
     rows, cand, t_of, prev, assigned = s.rows, s.cand, s.t_of, s.prev, s.assigned
     is_prev = (cand == prev[:, None]) & (cand >= 0)
@@ -182,7 +217,7 @@ def _exact(pb: Problem, s: _Setup, span: int = 16) -> np.ndarray:
     kk, kc = np.unique(keys[valid], return_counts=True)
     kc = kc + _fixed_of(s, kk)
     bind = kk[kc > s.bound[kk // B]]
-    w = len(rows) + 1  # level costs outweigh every possible total of change costs
+    w = weight if weight is not None else len(rows) + 1  # level costs outweigh every total of change costs
     while True:
         g = FlowGraph()
         bnode = np.full(B, -1, np.int64)
@@ -199,16 +234,18 @@ def _exact(pb: Problem, s: _Setup, span: int = 16) -> np.ndarray:
         over = np.maximum(0, cur_tb - s.bound[tb_t])
         g.arcs(tb, bnode[tb_b], np.maximum(0, s.bound[tb_t] - cur_tb), 0)
         g.arcs(bnode[tb_b], tb, BIG_CAP, 0)
+        if soft_cap is not None:  # a leader above the bound (kept or gained) costs soft_cap
+            g.arcs(tb, bnode[tb_b], BIG_CAP, soft_cap)
         g.set_supply(tb, over)  # a (topic, broker) over its bound must shed leaders (a lower bound on
         g.set_supply(bnode[tb_b], -over)  # broker -> tb flow, written as supplies)
         pn = g.nodes(len(rows))
-        g.arcs(_home(cur_key, bind, tb, bnode, B), pn[assigned], 1, 1)
+        a_keep = g.arcs(_home(cur_key, bind, tb, bnode, B), pn[assigned], 1, change_cost)
         g.set_supply(pn[~assigned], 1)
         g.set_supply(hub, -int((~assigned).sum()))
         oi, oj = np.nonzero(valid & ~is_prev)
         a_out = g.arcs(pn[oi], _home(keys[oi, oj], bind, tb, bnode, B), 1, 0)
         _, _, tails, _ = level_arcs(g, bnode[s.e_idx], hub, cur_b[s.e_idx], s.fixed_b[s.e_idx], s.lo, s.hi, w,
-                                    span)
+                                    span, square=square)
         flows, _ = g.solve_min_cost("leader order")
         if not flows[tails].any():
             break
@@ -217,7 +254,32 @@ def _exact(pb: Problem, s: _Setup, span: int = 16) -> np.ndarray:
     moved = flows[a_out] > 0
     leader_rows[oi[moved]] = cand[oi[moved], oj[moved]]
     assert (leader_rows >= 0).all(), "leader flow left a partition without a leader"
-    return leader_rows
+    return leader_rows, int(flows[a_keep].sum())
+
+
+def _exact_budget(pb: Problem, s: _Setup, budget: int) -> np.ndarray:
+    """At most `budget` optional leader changes: a Lagrangian search over the price of a change.
+
+    Each solve minimises  over_cost x (leaders over topic bounds) + (sum of squares of per-broker counts) +
+    price x (optional changes); the optional changes fall as the price rises, and the search keeps the lowest
+    price whose solution fits. Such a solution is the least (leaders over bounds, then sum of squares) among
+    all choices that make at most as many changes as it does: any better one would have been cheaper at that
+    price. over_cost exceeds any sum of squares, so bounds come first."""
+    n_tot = len(s.rows) + int(s.fixed_b.sum())
+    over_cost = n_tot * n_tot + 1
+    leader, used = _exact(pb, s, change_cost=1, weight=1, square=True, soft_cap=over_cost)
+    if used <= budget:
+        return leader
+    lo, hi = 2, over_cost + 2 * n_tot + 2  # at `hi` no optional change can pay for itself
+    best = np.where(s.assigned, s.prev, -1).astype(np.int32)
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        leader, used = _exact(pb, s, change_cost=mid, weight=1, square=True, soft_cap=over_cost)
+        if used <= budget:
+            best, hi = leader, mid - 1
+        else:
+            lo = mid + 1
+    return best
 
 
 def _within_topics(pb: Problem, s: _Setup, chunk: int = 4000) -> np.ndarray:

@@ -102,10 +102,14 @@ class FlowGraph:
         return np.asarray(f.flows(np.arange(self.n_arcs, dtype=np.int32)), dtype=np.int64)
 
 
-def penalty(level: np.ndarray, lo: int, hi: int) -> np.ndarray:
+def penalty(level: np.ndarray, lo: int, hi: int, square: bool = False) -> np.ndarray:
     """Marginal cost of a broker's `level`-th unit: negative up to `lo`, zero up to `hi`, then rising by one per
-    level. Non-decreasing, so summed over levels it is a convex function minimised on [lo, hi]."""
+    level. Non-decreasing, so summed over levels it is a convex function minimised on [lo, hi]. `square`:
+    2 (level - lo) - 1, the increments of level^2 shifted by a constant per unit, so that with a fixed total
+    the summed cost is the sum of squares of the counts up to a constant."""
     level = np.asarray(level, dtype=np.int64)
+    if square:
+        return 2 * (level - lo) - 1
     return np.where(level > hi, level - hi, np.where(level <= lo, level - lo - 1, 0))
 
 
@@ -118,8 +122,8 @@ def _ragged(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def level_arcs(g: FlowGraph, nodes: np.ndarray, hub: int, count: np.ndarray, floor: np.ndarray,
-               lo: int, hi: int, weight: int, span: int, gain: bool = True, lose: bool = True
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+               lo: int, hi: int, weight: int, span: int, gain: bool = True, lose: bool = True,
+               square: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Convex arcs between each node (a broker with `count` units now, never fewer than `floor`) and `hub`.
 
     Gain arcs node->hub: the unit that takes the count from k-1 to k costs weight*penalty(k). Lose arcs
@@ -137,16 +141,16 @@ def level_arcs(g: FlowGraph, nodes: np.ndarray, hub: int, count: np.ndarray, flo
     if gain:
         top = np.maximum(count, hi) + span
         owner, level = _ragged(count + 1, top - count)
-        gain_arcs = g.arcs(nodes[owner], hub, 1, weight * penalty(level, lo, hi))
+        gain_arcs = g.arcs(nodes[owner], hub, 1, weight * penalty(level, lo, hi, square))
         gain_owner = owner
-        tails.append(g.arcs(nodes, hub, BIG_CAP, weight * penalty(top + 1, lo, hi)))
+        tails.append(g.arcs(nodes, hub, BIG_CAP, weight * penalty(top + 1, lo, hi, square)))
     if lose:
         bottom = np.maximum(floor, np.minimum(count, lo) - span)  # lowest count reachable through unit arcs
         owner, level = _ragged(bottom + 1, count - bottom)
-        lose_arcs = g.arcs(hub, nodes[owner], 1, -weight * penalty(level, lo, hi))
+        lose_arcs = g.arcs(hub, nodes[owner], 1, -weight * penalty(level, lo, hi, square))
         rest = bottom - floor
         has = rest > 0
-        tails.append(g.arcs(hub, nodes[has], rest[has], -weight * penalty(bottom[has], lo, hi)))
+        tails.append(g.arcs(hub, nodes[has], rest[has], -weight * penalty(bottom[has], lo, hi, square)))
     tail_arcs = np.concatenate(tails) if tails else np.zeros(0, np.int32)
     return gain_arcs, gain_owner, tail_arcs, lose_arcs
 

@@ -17,11 +17,12 @@ from planner.errors import BadInput
 from planner.optimizer.batches import Batch, changed_sets, make_batches
 from planner.optimizer.checks import verify_plan
 from planner.optimizer.drain import place_drain
-from planner.optimizer.leaders import choose_leaders
+from planner.optimizer.leaders import LeaderResult, choose_leaders
 from planner.optimizer.problem import Problem
 from planner.optimizer.rebalance import RebalanceInfo, place_rebalance
 
 ORDERS = ("smallest-first", "largest-first")
+SCOPES = ("touched", "all")
 
 
 @dataclass
@@ -33,6 +34,14 @@ class Params:
     max_concurrent_per_broker: int = 5
     order: str = "smallest-first"
     balance: str = "auto"                       # rebalance: auto | count | bytes
+    leader_scope: str | None = None             # touched | all; None: touched for a drain, all for a rebalance
+    max_leader_changes: int | None = None       # all preferred-leader changes, necessary ones included
+    batch_seconds: int = 3600                   # target duration of one batch (its suggested throttle)
+
+    @property
+    def scope(self) -> str:
+        """The leader scope in force: which partitions may change their preferred leader."""
+        return self.leader_scope or ("touched" if self.kind == "drain" else "all")
 
     def validate(self) -> None:
         if self.kind not in ("drain", "rebalance"):
@@ -51,6 +60,12 @@ class Params:
             raise BadInput(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}")
         if self.balance not in ("auto", "count", "bytes"):
             raise BadInput(f"balance must be auto, count or bytes, not {self.balance!r}")
+        if self.leader_scope is not None and self.leader_scope not in SCOPES:
+            raise BadInput(f"leader_scope must be one of {', '.join(SCOPES)}, not {self.leader_scope!r}")
+        if self.max_leader_changes is not None and self.max_leader_changes < 0:
+            raise BadInput(f"max_leader_changes must not be negative, got {self.max_leader_changes}")
+        if self.batch_seconds < 1:
+            raise BadInput(f"batch_seconds must be at least 1, got {self.batch_seconds}")
 
 
 @dataclass
@@ -63,6 +78,8 @@ class PlanResult:
     final: np.ndarray            # (P, R) final ordered lists
     topic_bound: np.ndarray      # (T,) per-topic bound the leader step met
     leader_method: str
+    leaders: LeaderResult        # the leader step (changes, necessary / optional)
+    alternative: dict[str, Any]  # the same figures with the other leader scope (the trade a review shows)
     batches: list[Batch]
     rebalance: RebalanceInfo | None
     timings: dict[str, float]
@@ -102,16 +119,54 @@ def make_plan(pb: Problem, params: Params, progress: Callable[[str], None] | Non
     timings["placement_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    say("ordering preferred leaders (max flow + min-cost flow)")
-    lr = choose_leaders(pb, placed, eligible, ~pb.fixed)
+    scope = params.scope
+    say(f"ordering preferred leaders, scope {scope} (max flow + min-cost flow)")
+    lr = choose_leaders(pb, placed, eligible, scope_rows(pb, placed, scope),
+                        max_changes=params.max_leader_changes)
     timings["leaders_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    other = "all" if scope == "touched" else "touched"
+    say(f"leader order with scope {other}, for comparison")
+    alt = choose_leaders(pb, placed, eligible, scope_rows(pb, placed, other))
+    alternative = {"scope": other, **leader_figures(pb, alt, eligible)}
+    timings["leaders_alternative_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
     verify_plan(pb, lr.ordered, drained)
     batches = make_batches(pb, lr.ordered, drained, params.max_concurrent_per_broker, params.order)
     timings["checks_batches_s"] = time.perf_counter() - t
-    return PlanResult(pb, params, drained, eligible, placed, lr.ordered, lr.topic_bound, lr.method, batches,
-                      info, timings, warnings)
+    return PlanResult(pb, params, drained, eligible, placed, lr.ordered, lr.topic_bound, lr.method, lr,
+                      alternative, batches, info, timings, warnings)
+
+
+def scope_rows(pb: Problem, placed: np.ndarray, scope: str) -> np.ndarray:
+    """(P,) the partitions whose preferred leader the plan may change: all (except excluded and in-flight
+    ones), or only those whose replica set the placement changes ("touched": for a drain, those with a replica
+    on a drained broker)."""
+    if scope == "all":
+        return ~pb.fixed
+    return ~pb.fixed & changed_sets(pb.replicas, placed)
+
+
+def leader_figures(pb: Problem, lr: LeaderResult, eligible: np.ndarray) -> dict[str, Any]:
+    """What one leader order reaches: changes (necessary / optional), per-broker spread, per-topic maxima."""
+    lead = np.bincount(lr.ordered[:, 0][lr.ordered[:, 0] >= 0], minlength=pb.num_brokers)[eligible] \
+        if lr.ordered.shape[1] else np.zeros(int(eligible.sum()), np.int64)
+    n_e = int(eligible.sum())
+    ideal = float(lead.sum()) / n_e if n_e else 0.0
+    top = topic_leader_max(pb, lr.ordered)
+    T = len(pb.topic_names)
+    ceil_t = -(-np.bincount(pb.topic_of, minlength=T) // max(1, n_e))
+    act = ~pb.excluded_topic
+    return {
+        "leadership_changes": lr.changes,
+        "necessary": lr.necessary,
+        "optional": lr.optional,
+        "leader_spread_after": _spread(lead),
+        "leaders_within_one_of_ideal": bool((np.abs(lead - ideal) <= 1 + 1e-9).all()) if n_e else True,
+        "max_topic_leaders_per_broker_after": int(top[act].max()) if act.any() else 0,
+        "topics_over_ceil_partitions_per_broker": int(((top > ceil_t) & act).sum()),
+    }
 
 
 # ----------------------------------------------------------------------------------------------- figures

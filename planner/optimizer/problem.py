@@ -35,6 +35,7 @@ class Problem:
     in_flight: np.ndarray         # bool (P,), a reassignment is running for it
     rack_aware: bool
     isr: np.ndarray | None = None  # int32 (P, I) broker indices of the in-sync replicas, -1 padded
+    leader: np.ndarray | None = None  # int32 (P,) broker index of the current leader, -1 none / unknown
     warnings: list[str] = field(default_factory=list)
     unknown_state: np.ndarray | None = None   # bool (P,): the state znode was malformed (lenient snapshot)
 
@@ -148,6 +149,11 @@ def from_snapshot(snap: Snapshot, sizes: dict[tuple[str, int], int] | None = Non
     ipos = np.minimum(np.searchsorted(broker_ids, isr_ids[iv]), max(0, len(broker_ids) - 1))
     isr[iv] = np.where(broker_ids[ipos] == isr_ids[iv], ipos, -1) if len(broker_ids) else -1
 
+    lead_ids = parts.column("leader").to_numpy(zero_copy_only=False).astype(np.int64)
+    lpos = np.minimum(np.searchsorted(broker_ids, lead_ids), max(0, len(broker_ids) - 1))
+    leader = np.where((lead_ids >= 0) & (broker_ids[lpos] == lead_ids), lpos, -1).astype(np.int32) \
+        if len(broker_ids) else np.full(len(lead_ids), -1, np.int32)
+
     n = len(partition)
     size_arr = pc.fill_null(parts.column("size_bytes"), -1).to_numpy().astype(np.int64)
     if sizes is not None:
@@ -199,5 +205,6 @@ def from_snapshot(snap: Snapshot, sizes: dict[tuple[str, int], int] | None = Non
         broker_ids=broker_ids, alive=alive, rack_of=rack_of, rack_names=rack_names, topic_names=topic_names,
         topic_of=topic_of[order_p], partition=partition[order_p], replicas=replicas[order_p],
         sizes=size_arr[order_p], excluded_topic=excluded, in_flight=in_flight[order_p],
-        rack_aware=bool(rack_aware), isr=isr[order_p], warnings=warnings, unknown_state=unknown_state[order_p],
+        rack_aware=bool(rack_aware), isr=isr[order_p], leader=leader[order_p], warnings=warnings,
+        unknown_state=unknown_state[order_p],
     )

@@ -86,7 +86,7 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
     unreached: list[str] = []
     repair = leader_caps(pb, st, eligible, budget_m, budget_b, unreached)
     lb = _r1(pb, st, eligible, None)[2] if mode == "count" else excess
-    rounds = _count_rounds(pb, st, eligible, budget_m, budget_b)
+    rounds = _count_rounds(pb, st, eligible, budget_m, budget_b, mode=mode)
     if mode == "bytes":
         # level bytes with few large moves, then level counts again with the smallest replicas (cheap in
         # bytes), then mend bytes if that pushed a broker out of the tolerance
@@ -95,16 +95,33 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
             counts = broker_counts(st.final, B)[e_idx]
             if counts.max() - counts.min() <= 1:
                 break
-            rounds += _count_rounds(pb, st, eligible, budget_m, budget_b)
+            rounds += _count_rounds(pb, st, eligible, budget_m, budget_b, mode=mode)
             rounds += level_bytes(pb, st, eligible, budget_m, budget_b)
     return st.final, RebalanceInfo(mode, int(lb) + repair, excess, lb_bytes, repair, rounds, unreached)
 
 
-def _class_caps(pb: Problem, st: State, eligible: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+@dataclass
+class _Classes:
+    """Movable replicas grouped into classes (see `_class_caps`)."""
+    src: np.ndarray     # (C,) source broker's position among the eligible brokers
+    count: np.ndarray   # (C,) replicas in the class
+    cap: np.ndarray     # (C, E) how many of them may move to each eligible broker
+    lead: np.ndarray    # (C,) the class holds planned leaders' replicas
+    ri: np.ndarray      # (M,) member replicas: row,
+    si: np.ndarray      # (M,) slot,
+    cls: np.ndarray     # (M,) class
+    bucket: np.ndarray  # (C,) size bucket (0 = smallest; all 0 unless classed by size)
+
+
+SIZE_BUCKETS = 8  # bytes balance: replicas of a source are classed by size octile, smaller ones cheaper to move
+
+
+def _class_caps(pb: Problem, st: State, eligible: np.ndarray, buckets: int = 1) -> _Classes:
     """Movable replicas grouped into classes of the same source broker and the same set of racks they may
-    move to (planned leaders' replicas apart: their targets also need room in the topic). Returns (source
-    position of each class, replicas in it, (classes, E) how many of them may move to each eligible broker:
-    rack coverage kept, the broker not holding the partition yet, room for a planned leader)."""
+    move to (planned leaders' replicas apart: their targets also need room in the topic), with per class the
+    source position, the replicas in it, and (classes, E) how many of them may move to each eligible broker:
+    rack coverage kept, the broker not holding the partition yet, room for a planned leader. With `buckets`
+    > 1 a class also has one size bucket (size rank among the movable replicas), returned in `bucket`."""
     B = pb.num_brokers
     e_idx = np.flatnonzero(eligible)
     n_e = len(e_idx)
@@ -127,7 +144,13 @@ def _class_caps(pb: Problem, st: State, eligible: np.ndarray) -> tuple[np.ndarra
             allowed[:, q] = popcount(om | (np.uint64(1) << np.uint64(q))) >= req
         allowed[:, nr] = popcount(om) >= req
     lead = st.lead[ri] == f[ri, si]
-    if n_q + 1 + int(n_e).bit_length() <= 62:  # one int64 key per replica (fast), else rows of a matrix
+    bucket = np.zeros(len(ri), np.int64)
+    if buckets > 1 and len(ri):
+        rank = np.empty(len(ri), np.int64)
+        rank[np.lexsort((si, ri, np.maximum(pb.sizes[ri], 0)))] = np.arange(len(ri))
+        bucket = rank * buckets // len(ri)
+    a = a * buckets + bucket
+    if n_q + 1 + int(n_e * buckets).bit_length() <= 62:  # one int64 key per replica (fast), else rows of a matrix
         code = (allowed.astype(np.int64) << np.arange(n_q, dtype=np.int64)).sum(axis=1)
         key1 = (a << (n_q + 1)) | (lead.astype(np.int64) << n_q) | code
         uk1, cls = np.unique(key1, return_inverse=True)
@@ -151,9 +174,18 @@ def _class_caps(pb: Problem, st: State, eligible: np.ndarray) -> tuple[np.ndarra
             kb = keys % B
             on = (vals >= st.cap[keys // B]) & eligible[kb]
             full[keys[on] // B, pos[kb[on]]] = True
-        for c in np.unique(cls[li]).tolist():
-            sub = li[cls[li] == c]
-            cap[c] -= full[pb.topic_of[ri[sub]]].sum(axis=0) * uk[c, 2:][q_of].astype(bool)
+        # per lead class, how many of its members' topics are full on each broker (chunked: members x E)
+        lc = cls[li]
+        o = np.argsort(lc, kind="stable")
+        li_s, lc_s = li[o], lc[o]
+        sub = np.zeros((n_c, n_e), np.int64)
+        step = max(1, 20_000_000 // max(1, n_e))
+        for a0 in range(0, len(li_s), step):
+            part, pc = li_s[a0:a0 + step], lc_s[a0:a0 + step]
+            starts = np.flatnonzero(np.concatenate([[True], pc[1:] != pc[:-1]]))
+            sums = np.add.reduceat(full[pb.topic_of[ri[part]]].astype(np.int64), starts, axis=0)
+            np.add.at(sub, pc[starts], sums)
+        cap -= sub * uk[:, 2:][:, q_of].astype(bool)
     # minus replicas whose partition already lives on b (and that would otherwise be counted there)
     rows_b = np.where(f[ri] >= 0, pos[np.maximum(f[ri], 0)], -1)
     for j in range(f.shape[1]):
@@ -166,12 +198,13 @@ def _class_caps(pb: Problem, st: State, eligible: np.ndarray) -> tuple[np.ndarra
             blocked[li] = full[t_all[li], np.maximum(bp[li], 0)]
             ok &= ~blocked
         np.subtract.at(cap, (cls[ok], bp[ok]), 1)
-    cap[np.arange(n_c), uk[:, 0]] = 0
-    return uk[:, 0], count, np.maximum(cap, 0)
+    src = uk[:, 0] // buckets
+    cap[np.arange(n_c), src] = 0
+    return _Classes(src, count, np.maximum(cap, 0), uk[:, 1].astype(bool), ri, si, cls, uk[:, 0] % buckets)
 
 
-def _r1(pb: Problem, st: State, eligible: np.ndarray, budget: int | None, span: int = 16
-        ) -> tuple[np.ndarray, np.ndarray, int]:
+def _r1(pb: Problem, st: State, eligible: np.ndarray, budget: int | None, span: int = 16, buckets: int = 1
+        ) -> tuple[np.ndarray, np.ndarray, int, tuple]:
     """Broker level: (gross shed per broker, gross gain per broker, moves) of the most level counts reachable
     by moving replicas of the classes of `_class_caps` (a replica is counted once, at its class). Level costs
     are weighted above move costs; with a budget, the move cost is raised (a Lagrangian search) until the plan
@@ -179,8 +212,10 @@ def _r1(pb: Problem, st: State, eligible: np.ndarray, budget: int | None, span: 
     B = pb.num_brokers
     e_idx = np.flatnonzero(eligible)
     counts = broker_counts(st.final, B)[e_idx]
-    c_src, c_count, cap = _class_caps(pb, st, eligible)
+    cl = _class_caps(pb, st, eligible, buckets)
+    c_src, c_count, cap = cl.src, cl.count, cl.cap
     ci, cb = np.nonzero(cap)
+    extra = cl.bucket[ci]  # with size classes: a larger replica costs more to move (bytes balance)
     lo, hi = band(int(counts.sum()), len(e_idx))
     movable = np.bincount(c_src, weights=c_count, minlength=len(e_idx)).astype(np.int64)
     floor = np.maximum(counts - movable, 0)
@@ -193,20 +228,20 @@ def _r1(pb: Problem, st: State, eligible: np.ndarray, budget: int | None, span: 
             cn = g.nodes(len(c_src))
             hub = g.node()
             g.arcs(bn[c_src], cn, c_count, 0)
-            arcs = g.arcs(cn[ci], bn[cb], cap[ci, cb], move_cost)
+            arcs = g.arcs(cn[ci], bn[cb], cap[ci, cb], move_cost * buckets + extra)
             _, _, tails, _ = level_arcs(g, bn, hub, counts, floor, lo, hi, weight, span)
             flows, _ = g.solve_min_cost("rebalance broker levels")
             if not flows[tails].any():
                 return flows[arcs], int(flows[arcs].sum())
             span *= 4
 
-    pf, moves = solve(1, int(c_count.sum()) + 1)
+    pf, moves = solve(1, (2 * buckets) * int(c_count.sum()) + 1)
     if budget is not None and moves > budget:
         lo_c, hi_c = 1, 4 * (int(counts.max()) - int(counts.min()) + span) + 4
         best = None
         while lo_c <= hi_c:
             mid = (lo_c + hi_c) // 2
-            f2, m2 = solve(mid, 1)
+            f2, m2 = solve(mid, 1)  # (size classes only refine ties here)
             if m2 <= budget:
                 best, hi_c = (f2, m2), mid - 1
             else:
@@ -216,11 +251,17 @@ def _r1(pb: Problem, st: State, eligible: np.ndarray, budget: int | None, span: 
     gain = np.zeros(B, np.int64)
     np.add.at(shed, e_idx[c_src[ci]], pf)
     np.add.at(gain, e_idx[cb], pf)
-    return shed, gain, moves
+    return shed, gain, moves, (cl, ci, cb, pf)
 
 
 def _count_rounds(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, budget_b: int,
-                  max_rounds: int = 6) -> int:
+                  max_rounds: int = 6, mode: str = "count") -> int:
+    """Rounds of R1 (broker level) and its realisation (`_realize`, then `_r2` for what is left) until the
+    counts are as level as R1 finds, the budget is spent or `max_rounds` pass. Count balance: receivers take
+    replicas of topics they hold few of first (leaders can level later). Bytes balance: replicas are classed
+    by size so that R1 moves the smallest it can."""
+    buckets = SIZE_BUCKETS if mode == "bytes" and pb.sizes_known else 1
+    spread_topics = mode == "count"
     rounds = 0
     factor = 4
     stuck = np.zeros(pb.num_brokers, np.int64)
@@ -230,7 +271,7 @@ def _count_rounds(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, b
         if left <= 0:
             break
         budget = None if left >= BIG_CAP // 2 else left
-        shed, gain, total = _r1(pb, st, eligible, budget)
+        shed, gain, total, plan = _r1(pb, st, eligible, budget, buckets=buckets)
         if total == 0:
             break
         if stuck.any() or pb.num_partitions <= REPLAN_LIMIT:
@@ -239,16 +280,100 @@ def _count_rounds(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, b
             # empty), and ask R1 again: fewer moves may now reach the same levels. (On large clusters only
             # after a round fell short: the witness flow costs seconds there and rarely matters.)
             witness(pb, st, eligible, avoid=2 * (shed > 0) + 4 * (stuck > 0))
-            shed, gain, total = _r1(pb, st, eligible, budget)
+            shed, gain, total, plan = _r1(pb, st, eligible, budget, buckets=buckets)
             if total == 0:
                 break
         rounds += 1
-        placed, unplaced = _r2(pb, st, eligible, shed, gain, factor, budget_b)
+        placed, shed_left, gain_left = _realize(pb, st, eligible, plan, budget_b, spread_topics)
+        unplaced = shed_left
+        if placed < total and shed_left.any() and gain_left.any():
+            # what R1's classes could not realise one replica at a time: the transportation flow picks them
+            more, unplaced = _r2(pb, st, eligible, shed_left, gain_left, factor, budget_b)
+            placed += more
         if placed == total:
             break
         stuck += unplaced
         factor *= 4
     return rounds
+
+
+def _realize(pb: Problem, st: State, eligible: np.ndarray, plan: tuple, budget_b: int,
+             spread_topics: bool = True) -> tuple[int, np.ndarray, np.ndarray]:
+    """Carry out R1's flow class by class: for each (class, receiver) arc with flow f, the first f members of
+    the class (in preference order: replicas this plan already moves, then followers before the partition's
+    preferred leader, then smallest / spread by a hash) that may still go there: the receiver does not hold
+    the partition, its racks stay covered (re-checked against moves made in this round), a planned leader's
+    topic has room on the receiver, the byte budget allows it; with `spread_topics` (count balance) replicas of
+    topics the receiver holds fewer of than the topic's leader cap go first. Returns (moves made, per broker the shed and
+    gain units not realised), which the transportation flow `_r2` then tries."""
+    cl, ci, cb, pf = plan
+    B = pb.num_brokers
+    e_idx = np.flatnonzero(eligible)
+    shed_left = np.zeros(B, np.int64)
+    gain_left = np.zeros(B, np.int64)
+    np.add.at(shed_left, e_idx[cl.src[ci]], pf)
+    np.add.at(gain_left, e_idx[cb], pf)
+    use = pf > 0
+    ci, cb, pf = ci[use], cb[use], pf[use]
+    if not len(ci):
+        return 0, shed_left, gain_left
+    ri, si, cls = cl.ri, cl.si, cl.cls
+    a = st.final[ri, si].astype(np.int64)
+    again = is_new(pb, ri, si, a)
+    if pb.sizes_known:
+        pref = np.maximum(pb.sizes[ri], 0).astype(np.float64)
+    else:
+        pref = ((ri.astype(np.uint64) * np.uint64(2654435761)) % np.uint64(1 << 32)).astype(np.float64)
+    pref = np.where(again, -1.0, pref)
+    order = np.lexsort((si, ri, pref, pb.replicas[ri, 0] == a, cls))
+    ri, si, cls = ri[order], si[order], cls[order]
+    start = np.searchsorted(cls, np.arange(len(cl.src) + 1))
+    taken = np.zeros(len(ri), dtype=bool)
+    req = required_racks(pb, eligible)
+    sizes = np.maximum(pb.sizes, 0)
+    # replicas per (topic, broker): a receiver takes replicas of topics it holds fewer than the topic's leader
+    # cap of first, so that every broker ends with partitions it can lead (leaders level later)
+    T = len(pb.topic_names)
+    valid = st.final >= 0
+    rtb = np.bincount((np.broadcast_to(pb.topic_of[:, None].astype(np.int64), st.final.shape)[valid] * B
+                       + st.final[valid]), minlength=T * B).reshape(T, B)
+    made = 0
+    for c, j, f in zip(ci.tolist(), cb.tolist(), pf.tolist(), strict=True):
+        b = int(e_idx[j])
+        lo, hi = int(start[c]), int(start[c + 1])
+        idx = lo + np.flatnonzero(~taken[lo:hi])
+        r, sl = ri[idx], si[idx]
+        rows = st.final[r]
+        ok = (st.final[r, sl] >= 0) & ~(rows == b).any(axis=1)
+        ok &= rack_ok(pb, rows, sl, np.full(len(r), b), req[r])
+        cand = idx[ok]
+        t_c = pb.topic_of[ri[cand]]
+        if spread_topics:
+            cand = cand[np.argsort(rtb[t_c, b] >= st.cap[t_c], kind="stable")]
+        got = 0
+        for k in cand.tolist():
+            if got == f:
+                break
+            row, slot = int(ri[k]), int(si[k])
+            src = int(st.final[row, slot])
+            if (st.final[row] == b).any():
+                continue  # another replica of this partition reached b earlier in this arc
+            if not is_new(pb, row, slot, src) and st.bytes + int(sizes[row]) > budget_b:
+                continue  # a replica this plan has not moved yet costs its bytes
+            if st.lead[row] == src:
+                t = int(pb.topic_of[row])
+                if st.lcount.get(t * B + b, 0) >= st.cap[t]:
+                    continue
+            apply_move(pb, st, row, slot, b)
+            t = int(pb.topic_of[row])
+            rtb[t, src] -= 1
+            rtb[t, b] += 1
+            taken[k] = True
+            shed_left[src] -= 1
+            gain_left[b] -= 1
+            got += 1
+            made += 1
+    return made, np.maximum(shed_left, 0), np.maximum(gain_left, 0)
 
 
 def _r2(pb: Problem, st: State, eligible: np.ndarray, shed: np.ndarray, gain: np.ndarray, factor: int,
