@@ -87,6 +87,8 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
     metric = "bytes" if res.rebalance is not None and res.rebalance.mode == "bytes" else "replicas"
     budget_hit = res.rebalance is not None and bool(res.rebalance.unreached)
     quality["hot_spots"] = hot_spots(pb, final, res.eligible, res.drained, metric, budget_hit)
+    quality["topics_over_ceil_stopped_by_budget"] = len(res.rebalance.leader_topics_stopped) if res.rebalance \
+        else 0
     leadership = {
         "scope": res.params.scope,
         "max_changes": res.params.max_leader_changes,

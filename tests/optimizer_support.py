@@ -7,6 +7,7 @@ formulation from the planner's network flows).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from itertools import count
@@ -112,6 +113,46 @@ def check_guarantees(spec: Spec, final: dict, drained: set[int], excluded: set[s
         if rack_aware:
             need = min(len(before), n_racks, rack_count(before, spec.racks, True))
             assert rack_count(after, spec.racks, True) >= need, f"{k}: racks {before} -> {after}"
+
+
+def check_batch_files(doc: dict, spec: Spec, folder: Path, seconds: int) -> None:
+    """Each batch is also its own file batch-NNN.json (NNN its index, three digits below 1,000 batches) in
+    Kafka's reassignment format, listing exactly the batch in order, and no other batch file exists; each data
+    batch's suggested throttle is its busiest broker's bytes (received by a new replica, or sent by the
+    partition's leader to each new replica) over `seconds`, rounded up."""
+    batches = doc["batches"]
+    names = {f"batch-{b['index']:03d}.json" for b in batches}
+    assert {f.name for f in folder.glob("batch-*.json")} == names
+    leader = {k: next((b for b in r if b in spec.alive), None) for k, r in spec.assignment.items()}
+    for b in batches:
+        assert b["file"] == f"batch-{b['index']:03d}.json"
+        text = (folder / b["file"]).read_text()
+        assert text.endswith("\n") and "log_dirs" not in text
+        assert json.loads(text) == {"version": 1, "partitions": [
+            {"topic": t, "partition": p, "replicas": r} for (t, p), r in zip(b["partitions"], b["replicas"],
+                                                                             strict=True)]}
+        if b["kind"] == "leadership":
+            assert (b["bytes"], b["suggested_throttle_bytes_per_s"]) == (0, None)
+            for (t, p), r in zip(b["partitions"], b["replicas"], strict=True):
+                leader[(t, p)] = r[0]
+            continue
+        if spec.sizes is None:
+            assert b["bytes"] is None and b["suggested_throttle_bytes_per_s"] is None
+            continue
+        into: dict[int, int] = {}
+        out: dict[int, int] = {}
+        total = 0
+        for (t, p), r in zip(b["partitions"], b["replicas"], strict=True):
+            new = set(r) - set(spec.assignment[(t, p)])
+            size = spec.sizes[(t, p)]
+            total += size * len(new)
+            for x in new:
+                into[x] = into.get(x, 0) + size
+            if leader[(t, p)] is not None:
+                out[leader[(t, p)]] = out.get(leader[(t, p)], 0) + size * len(new)
+        busiest = max([0, *into.values(), *out.values()])
+        assert b["bytes"] == total
+        assert b["suggested_throttle_bytes_per_s"] == math.ceil(busiest / seconds), (b, busiest)
 
 
 def check_batches(doc: dict, spec: Spec, drained: set[int], limit: int) -> None:

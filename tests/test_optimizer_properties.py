@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from optimizer_support import (
     Spec,
+    check_batch_files,
     check_batches,
     check_guarantees,
     counts,
@@ -23,17 +24,20 @@ from optimizer_support import (
     expected_leaders,
     final_placement,
     leader_counts,
+    leader_optimum_within,
+    leaders_over_bounds,
     min_topic_bottleneck,
     necessary_keys,
     plan_maps,
     rebalance_optimum,
+    scope_keys,
     topic_leader_floor,
     write_snapshot,
 )
 
 from planner.errors import BadInput
 from planner.optimizer import Infeasible, Params, from_snapshot, make_plan
-from planner.plan_format import plan_document
+from planner.plan_format import plan_document, write_plan
 from planner.snapshot_io import read_snapshot
 
 SETTINGS = settings(max_examples=int(os.environ.get("KP_EXAMPLES", 100)), deadline=None, derandomize=True,
@@ -73,14 +77,16 @@ def clusters(draw, sized: bool = False) -> tuple[Spec, set[str]]:
 
 
 def _plan(tmp, spec: Spec, excluded: set[str], params: Params):
+    """Plan, write the plan folder, check its batch files; the document as written."""
     path = write_snapshot(spec, tmp)
     rx = "|".join(map(re.escape, sorted(excluded))) or None
     pb = from_snapshot(read_snapshot(path), exclude_topics=rx)
     res = make_plan(pb, params)
-    doc = plan_document(res, {"fingerprint": "f", "path": "p", "taken_at": None}, {})
+    doc = write_plan(tmp / "plan", res, {"fingerprint": "f", "taken_at": None}, {}, {})
     # determinism: a second run from a fresh read gives the same document
     res2 = make_plan(from_snapshot(read_snapshot(path), exclude_topics=rx), params)
-    assert plan_document(res2, {"fingerprint": "f", "path": "p", "taken_at": None}, {}) == doc
+    assert plan_document(res2, {"fingerprint": "f", "taken_at": None}, {}) == doc
+    check_batch_files(doc, spec, tmp / "plan", params.batch_seconds)
     return pb, doc
 
 
@@ -123,7 +129,7 @@ def _check_leaders(spec: Spec, final: dict, excluded: set[str], eligible: set[in
 @SETTINGS
 @given(data=st.data())
 def test_drain_properties(tmp_path_factory, data):
-    spec, excluded = data.draw(clusters())
+    spec, excluded = data.draw(clusters(sized=data.draw(st.booleans())))
     drained = set(data.draw(st.lists(st.sampled_from(spec.broker_ids), min_size=1, max_size=3, unique=True)))
     limit = data.draw(st.integers(1, 3))
     eligible = spec.alive - drained
@@ -134,7 +140,8 @@ def test_drain_properties(tmp_path_factory, data):
              and len(eligible) + len([b for b in r if b not in spec.alive and b not in drained]) < len(r)]
     try:
         pb, doc = _plan(tmp_path_factory.mktemp("d"), spec, excluded,
-                        Params("drain", sorted(drained), max_concurrent_per_broker=limit))
+                        Params("drain", sorted(drained), max_concurrent_per_broker=limit,
+                               batch_seconds=data.draw(st.sampled_from([1, 60, 3600]))))
     except Infeasible as e:
         assert stuck_excluded or short, f"refused without cause: {e}"
         if stuck_excluded:
@@ -298,3 +305,47 @@ def test_bytes_rebalance_levels_bytes_within_five_percent(tmp_path, seed):
                 for i in range(len(final)))
     assert moved <= 1.05 * lower
     assert doc["summary"]["bytes_moved"] == moved
+
+
+@settings(SETTINGS, max_examples=int(os.environ.get("KP_EXAMPLES", 40)))
+@given(data=st.data())
+def test_max_leader_changes_gives_the_best_leaders_within_it(tmp_path_factory, data):
+    """--max-leader-changes N: refused (naming the least N) below the necessary changes, counted here from the
+    placement; otherwise the placement is the same as without a budget, at most N partitions change their
+    preferred leader, and no choice with as few changes has fewer leaders over the topic bounds or, with as
+    few, a smaller sum of squares of per-broker leader counts (CP-SAT)."""
+    spec, excluded = data.draw(clusters())
+    kind = data.draw(st.sampled_from(["drain", "rebalance"]))
+    drained = set(data.draw(st.lists(st.sampled_from(spec.broker_ids), min_size=1, max_size=2, unique=True))) \
+        if kind == "drain" else set()
+    scope = data.draw(st.sampled_from(["touched", "all"]))
+    eligible = spec.alive - drained
+    base = Params(kind, sorted(drained), leader_scope=scope, balance="count")
+    tmp = tmp_path_factory.mktemp("lb")
+    try:
+        _, doc0 = _plan(tmp / "free", spec, excluded, base)
+    except BadInput:
+        return  # refusals of the drain itself are tested above
+    placed = final_placement(spec, plan_maps(doc0, spec))
+    movable = scope_keys(spec, placed, excluded, scope)
+    needed = necessary_keys(spec, placed, movable, eligible)
+    budget = data.draw(st.integers(max(0, len(needed) - 1), len(needed) + 4))
+    params = Params(kind, sorted(drained), leader_scope=scope, balance="count", max_leader_changes=budget)
+    if budget < len(needed):
+        with pytest.raises(Infeasible) as e:
+            _plan(tmp / "b", spec, excluded, params)
+        assert f"allow at least {len(needed)}" in str(e.value) and e.value.exit_code == 2
+        return
+    _, doc = _plan(tmp / "b", spec, excluded, params)
+    final = plan_maps(doc, spec)
+    assert {k: set(v) for k, v in final.items()} == {k: set(v) for k, v in placed.items()}
+    changes = sum(1 for k in final if final[k][:1] != spec.assignment[k][:1])
+    assert changes <= budget and doc["summary"]["leadership_changes"] == changes
+    assert doc["leadership"]["max_changes"] == budget
+    bounds, _, movable = expected_leaders(spec, placed, excluded, eligible, scope)
+    for k in set(final) - movable:
+        assert final[k] == placed[k], f"{k} outside scope {scope} was reordered"
+    lc = leader_counts(final, eligible)
+    ours = (leaders_over_bounds(final, eligible, bounds), sum(v * v for v in lc.values()))
+    best = leader_optimum_within(placed, movable, eligible, bounds, spec.assignment, changes)
+    assert ours == best, (ours, best, changes, budget)

@@ -128,7 +128,9 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any]) -> None:
         f"  leader spread      {b['leader_spread']} -> {a['leader_spread']} "
         f"(ideal {s['ideal_leaders_per_broker']} per broker, within 1: {s['leaders_within_one_of_ideal']})",
         f"  topic leaders      max per broker {s['max_topic_leaders_per_broker_after']}; "
-        f"{s['topics_over_ceil_partitions_per_broker']} topics above ceil(partitions/brokers)",
+        f"{s['topics_over_ceil_partitions_per_broker']} topics above ceil(partitions/brokers)"
+        + (f" ({s['topics_over_ceil_stopped_by_budget']} of them because the move budget ran out)"
+           if s.get("topics_over_ceil_stopped_by_budget") else ""),
         f"  leadership changes {s['leadership_changes']} ({s['necessary_leadership_changes']} necessary, "
         f"{s['optional_leadership_changes']} optional; {s['leader_only_partitions']} reorders without data), "
         f"scope {s['leader_scope']}",

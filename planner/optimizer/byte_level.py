@@ -59,12 +59,16 @@ def level_bytes(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, bud
                 b = int(e_idx[bi])
                 if a == b or (a, b) in blocked or dev[ai] <= 0 or dev[bi] >= 0:
                     continue
+                if dev[ai] <= tol and -dev[bi] <= tol:
+                    continue  # both within the tolerance: moving between them only reshuffles
                 # aim at closing the gap of whichever side is further out; the other side may overshoot
                 # the mean by up to most of the tolerance
                 gap = min(dev[ai] + 0.8 * tol, -dev[bi]) if dev[ai] <= tol else \
                     min(dev[ai], -dev[bi] + 0.8 * tol) if -dev[bi] <= tol else min(dev[ai], -dev[bi])
-                pick = _best_fit(pb, st, a, b, gap, min(dev[ai], -dev[bi]) + tol, pools[a], extra[a], req, bits, budget_m,
-                                 budget_b)
+                # a move of s bytes lowers the sum of squared deviations iff s < dev[a] - dev[b]: every move
+                # does, so the levelling cannot cycle (a replica moved before moves again for free)
+                limit = min(min(dev[ai], -dev[bi]) + tol, 0.999 * (dev[ai] - dev[bi]))
+                pick = _best_fit(pb, st, a, b, gap, limit, pools[a], extra[a], req, bits, budget_m, budget_b)
                 if pick is None:
                     blocked.add((a, b))
                     continue
@@ -73,7 +77,8 @@ def level_bytes(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, bud
                 extra[b].append((r, s, size))
                 load[a] -= size
                 load[b] += size
-                blocked.clear()
+                # pairs without a or b keep their gaps: they stay blocked
+                blocked = {(x, y) for x, y in blocked if x not in (a, b) and y not in (a, b)}
                 done = True
                 break
             if done:
@@ -103,26 +108,28 @@ def _best_fit(pb: Problem, st: State, a: int, b: int, gap: float, limit: float, 
     c_r, c_s, c_z = c_r[here], c_s[here], c_z[here]
     fresh = ~is_new(pb, c_r, c_s, st.final[c_r, c_s])
     order = np.lexsort((c_s, c_r, fresh, np.abs(c_z - gap)))
-    seen: set[tuple[int, int]] = set()
-    for k in order.tolist():
-        r, s, size = int(c_r[k]), int(c_s[k]), int(c_z[k])
-        if (r, s) in seen:
-            continue
-        seen.add((r, s))
-        row = st.final[r]
-        if (row == b).any():
-            continue
-        new_move = bool(fresh[k]) and bool(is_new(pb, r, s, b))
-        if new_move and (st.moves + 1 > budget_m or st.bytes + size > budget_b):
-            continue
-        if pb.rack_aware and req[r]:
-            others = row.copy()
-            others[s] = -1
-            if popcount(rack_masks(others[None, :], bits) | bits[b])[0] < req[r]:
-                continue
-        if st.lead[r] == a:
-            t = int(pb.topic_of[r])
-            if st.lcount.get(t * pb.num_brokers + b, 0) >= st.cap[t]:
-                continue
-        return r, s, size
-    return None
+    c_r, c_s, c_z, fresh = c_r[order], c_s[order], c_z[order], fresh[order]
+    # every check at once over the window (a replica listed twice, in the pool and as arrived, counts once)
+    R = st.final.shape[1]
+    _, first = np.unique(c_r.astype(np.int64) * R + c_s, return_index=True)
+    ok = np.zeros(len(c_r), dtype=bool)
+    ok[first] = True
+    rows = st.final[c_r]
+    ok &= ~(rows == b).any(axis=1)
+    new_move = fresh & is_new(pb, c_r, c_s, b)
+    ok &= ~(new_move & ((st.moves + 1 > budget_m) | (st.bytes + c_z > budget_b)))
+    if pb.rack_aware:
+        others = rows.copy()
+        others[np.arange(len(c_r)), c_s] = -1
+        ok &= popcount(rack_masks(others, bits) | bits[b]) >= req[c_r]
+    lead = ok & (st.lead[c_r] == a)
+    if lead.any():
+        B = pb.num_brokers
+        t = pb.topic_of[c_r[lead]].astype(np.int64)
+        used = np.array([st.lcount.get(k, 0) for k in (t * B + b).tolist()], dtype=np.int64)
+        ok[np.flatnonzero(lead)[used >= st.cap[t]]] = False
+    hit = np.flatnonzero(ok)
+    if not len(hit):
+        return None
+    k = int(hit[0])
+    return int(c_r[k]), int(c_s[k]), int(c_z[k])

@@ -169,3 +169,14 @@ def unique(a: np.ndarray) -> np.ndarray:
     if not len(s):
         return s
     return s[np.concatenate([[True], s[1:] != s[:-1]])]
+
+
+def unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct values, index of each element's value): np.unique(a, return_inverse=True) by a sort."""
+    a = np.asarray(a).ravel()
+    order = np.argsort(a, kind="stable")
+    s = a[order]
+    head = np.concatenate([[True], s[1:] != s[:-1]]) if len(s) else np.zeros(0, dtype=bool)
+    inv = np.empty(len(a), dtype=np.int64)
+    inv[order] = np.cumsum(head) - 1
+    return s[head], inv

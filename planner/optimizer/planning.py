@@ -106,6 +106,13 @@ def make_plan(pb: Problem, params: Params, progress: Callable[[str], None] | Non
     if dead:
         warnings.append(f"drained brokers {dead} are not registered: their replicas are re-created from the "
                         "other replicas")
+        valid = pb.replicas >= 0
+        on_dead = (valid & drained[np.maximum(pb.replicas, 0)]).any(axis=1)
+        orphan = np.flatnonzero(on_dead & ~(valid & pb.alive[np.maximum(pb.replicas, 0)]).any(axis=1))
+        if len(orphan):
+            warnings.append(f"{len(orphan)} partitions have no replica on a registered broker ({pb.names(orphan)}): "
+                            "their new replicas have nothing to copy from, so their reassignment cannot complete "
+                            "until a broker holding their data returns (the data exists only there)")
 
     t = time.perf_counter()
     info = None

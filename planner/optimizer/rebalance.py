@@ -31,7 +31,7 @@ import numpy as np
 from planner.optimizer.byte_level import level_bytes
 from planner.optimizer.checks import popcount, required_racks
 from planner.optimizer.exact import rebalance_exact
-from planner.optimizer.mcf import BIG_CAP, FlowGraph, band, level_arcs, penalty
+from planner.optimizer.mcf import BIG_CAP, FlowGraph, band, level_arcs, penalty, unique_inverse
 from planner.optimizer.problem import Problem, rack_masks
 from planner.optimizer.state import (
     State,
@@ -59,6 +59,7 @@ class RebalanceInfo:
     rounds: int
     unreached: list[str] = field(default_factory=list)
     exact: bool = False             # solved by CP-SAT (small cluster), not by the flow decomposition
+    leader_topics_stopped: list[str] = field(default_factory=list)  # topics the budget kept above their cap
 
 
 def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", max_moves: int | None = None,
@@ -84,7 +85,7 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
     budget_m = max_moves if max_moves is not None else BIG_CAP
     budget_b = max_bytes if max_bytes is not None else NO_LIMIT
     unreached: list[str] = []
-    repair = leader_caps(pb, st, eligible, budget_m, budget_b, unreached)
+    repair, stopped = leader_caps(pb, st, eligible, budget_m, budget_b, unreached)
     lb = _r1(pb, st, eligible, None)[2] if mode == "count" else excess
     rounds = _count_rounds(pb, st, eligible, budget_m, budget_b, mode=mode)
     if mode == "bytes":
@@ -97,7 +98,8 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
                 break
             rounds += _count_rounds(pb, st, eligible, budget_m, budget_b, mode=mode)
             rounds += level_bytes(pb, st, eligible, budget_m, budget_b)
-    return st.final, RebalanceInfo(mode, int(lb) + repair, excess, lb_bytes, repair, rounds, unreached)
+    return st.final, RebalanceInfo(mode, int(lb) + repair, excess, lb_bytes, repair, rounds, unreached,
+                                   leader_topics_stopped=stopped)
 
 
 @dataclass
@@ -153,7 +155,7 @@ def _class_caps(pb: Problem, st: State, eligible: np.ndarray, buckets: int = 1) 
     if n_q + 1 + int(n_e * buckets).bit_length() <= 62:  # one int64 key per replica (fast), else rows of a matrix
         code = (allowed.astype(np.int64) << np.arange(n_q, dtype=np.int64)).sum(axis=1)
         key1 = (a << (n_q + 1)) | (lead.astype(np.int64) << n_q) | code
-        uk1, cls = np.unique(key1, return_inverse=True)
+        uk1, cls = unique_inverse(key1)
         bits_q = (uk1[:, None] >> np.arange(n_q, dtype=np.int64)) & 1
         uk = np.concatenate([(uk1 >> (n_q + 1))[:, None], ((uk1 >> n_q) & 1)[:, None], bits_q], axis=1)
     else:
@@ -176,6 +178,7 @@ def _class_caps(pb: Problem, st: State, eligible: np.ndarray, buckets: int = 1) 
             full[keys[on] // B, pos[kb[on]]] = True
         # per lead class, how many of its members' topics are full on each broker (chunked: members x E)
         lc = cls[li]
+        full_u8 = full.view(np.uint8)
         o = np.argsort(lc, kind="stable")
         li_s, lc_s = li[o], lc[o]
         sub = np.zeros((n_c, n_e), np.int64)
@@ -183,7 +186,7 @@ def _class_caps(pb: Problem, st: State, eligible: np.ndarray, buckets: int = 1) 
         for a0 in range(0, len(li_s), step):
             part, pc = li_s[a0:a0 + step], lc_s[a0:a0 + step]
             starts = np.flatnonzero(np.concatenate([[True], pc[1:] != pc[:-1]]))
-            sums = np.add.reduceat(full[pb.topic_of[ri[part]]].astype(np.int64), starts, axis=0)
+            sums = np.add.reduceat(full_u8[pb.topic_of[ri[part]]], starts, axis=0, dtype=np.int32)
             np.add.at(sub, pc[starts], sums)
         cap -= sub * uk[:, 2:][:, q_of].astype(bool)
     # minus replicas whose partition already lives on b (and that would otherwise be counted there)
@@ -197,7 +200,7 @@ def _class_caps(pb: Problem, st: State, eligible: np.ndarray, buckets: int = 1) 
             blocked = np.zeros(len(ri), bool)
             blocked[li] = full[t_all[li], np.maximum(bp[li], 0)]
             ok &= ~blocked
-        np.subtract.at(cap, (cls[ok], bp[ok]), 1)
+        cap -= np.bincount(cls[ok] * n_e + bp[ok], minlength=n_c * n_e).reshape(n_c, n_e)
     src = uk[:, 0] // buckets
     cap[np.arange(n_c), src] = 0
     return _Classes(src, count, np.maximum(cap, 0), uk[:, 1].astype(bool), ri, si, cls, uk[:, 0] % buckets)

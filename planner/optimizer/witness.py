@@ -70,36 +70,42 @@ def witness(pb: Problem, st: State, eligible: np.ndarray, avoid: np.ndarray | No
 
 
 def leader_caps(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, budget_b: int,
-                 unreached: list[str]) -> int:
+                unreached: list[str]) -> tuple[int, list[str]]:
     """Per topic cap ceil(partitions / brokers); partitions that no leader assignment can serve get one
-    replica moved (`_repair`); a topic where even that fails gets its cap raised by one, and so on."""
+    replica moved (`repair`); a topic where even that fails gets its cap raised by one, and so on. A topic
+    whose repair the move or byte budget stops keeps its cap but not its witness: it is named in `unreached`
+    and returned. Returns (moves made, topics the budget stopped)."""
     T = len(pb.topic_names)
     n_e = max(1, int(eligible.sum()))
     n_t = np.bincount(pb.topic_of, minlength=T)
     st.cap = -(-n_t // n_e)
     st.cap[pb.excluded_topic] = BIG_CAP
     made = 0
+    stopped = np.zeros(T, dtype=bool)
     for _ in range(int(n_t.max(initial=0)) + 1):
         witness(pb, st, eligible)
         rows = np.flatnonzero(~pb.fixed & (st.lead < 0) & ((st.final >= 0) & eligible[np.maximum(st.final, 0)])
                               .any(axis=1))
+        rows = rows[~stopped[pb.topic_of[rows]]]
         if not len(rows):
             break
-        done, failed = repair(pb, st, eligible, rows, budget_m, budget_b)
+        done, by_budget, unserved = repair(pb, st, eligible, rows, budget_m, budget_b)
         made += done
-        if not failed:
+        stopped[pb.topic_of[np.asarray(by_budget, dtype=np.int64)]] = True
+        if len(unserved):
+            st.cap[np.unique(pb.topic_of[np.asarray(unserved, dtype=np.int64)])] += 1
+        elif not len(by_budget):
             break
-        over_budget = [r for r in failed if st.moves >= budget_m]
-        if over_budget:
-            unreached.append(f"{pb.names(np.array(over_budget))}: no leader within the topic's bound "
-                             "(move budget spent)")
-            break
-        st.cap[np.unique(pb.topic_of[failed])] += 1
-    return made
+    names = [pb.topic_names[t] for t in np.flatnonzero(stopped).tolist()]
+    if names:
+        shown = ", ".join(names[:10]) + (f" (+{len(names) - 10} more)" if len(names) > 10 else "")
+        unreached.append(f"{len(names)} topics keep more preferred leaders on a broker than ceil(partitions / "
+                         f"brokers): the move budget ran out before the replica moves that spread them ({shown})")
+    return made, names
 
 
 def repair(pb: Problem, st: State, eligible: np.ndarray, rows: np.ndarray, budget_m: int, budget_b: int,
-           max_arcs: int = 4_000_000) -> tuple[int, list[int]]:
+           max_arcs: int = 4_000_000) -> tuple[int, list[int], list[int]]:
     """Serve `rows`, the partitions a maximum witness left without a planned leader within their topic's cap,
     with the fewest replica moves: a moved replica leads. Returns (moves made, rows not served).
 
@@ -108,7 +114,8 @@ def repair(pb: Problem, st: State, eligible: np.ndarray, rows: np.ndarray, budge
     about `max_arcs` arcs: they share nothing but the sink): each partition takes a leader among its registered
     replicas (cost 0) or on a broker it may move a replica to (one move), at most cap per broker, each move
     taken from the fullest of the partition's brokers the racks allow and preferring emptier receivers. A
-    topic that cannot be served entirely is left as it is."""
+    topic that cannot be served entirely is left as it is. Returns (moves made, rows the budget left unserved,
+    rows of topics no move can serve within the cap)."""
     e_idx = np.flatnonzero(eligible)
     E = len(e_idx)
     R = st.final.shape[1]
@@ -123,6 +130,7 @@ def repair(pb: Problem, st: State, eligible: np.ndarray, rows: np.ndarray, budge
     t_end = np.searchsorted(pb.topic_of, topics, side="right")
     size_t = (t_end - t_start) * max(1, R) * (1 + max(1, E))
     k = 0
+    unserved: list[int] = []
     while k < len(topics):
         j = k + 1
         while j < len(topics) and size_t[k:j + 1].sum() <= max_arcs:
@@ -131,9 +139,9 @@ def repair(pb: Problem, st: State, eligible: np.ndarray, rows: np.ndarray, budge
                                   budget_m, budget_b)
         made += m
         failed.extend(f)
-        failed.extend(np.flatnonzero(np.isin(pb.topic_of, topics[k:j][bad]) & (st.lead < 0) & ~pb.fixed).tolist())
+        unserved.extend(np.flatnonzero(np.isin(pb.topic_of, topics[k:j][bad]) & (st.lead < 0) & ~pb.fixed).tolist())
         k = j
-    return made, failed
+    return made, failed, unserved
 
 
 def _repair_direct(pb: Problem, st: State, eligible: np.ndarray, e_idx: np.ndarray, req: np.ndarray,
