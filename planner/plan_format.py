@@ -106,12 +106,17 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
     elif res.rebalance and res.rebalance.exact:
         placement = {"method": "CP-SAT (small cluster: exact levels, then fewest moves)", "status": "OPTIMAL"}
     else:
-        placement = {"method": "broker-level min-cost flow + replica transportation flow"
+        placement = {"method": "broker-level min-cost flow realised class by class + replica transportation flow"
                      + (" + best-fit byte levelling" if res.rebalance and res.rebalance.mode == "bytes" else ""),
                      "status": "FEASIBLE"}
-    leaders = {"method": "max-flow topic bounds + one exact min-cost flow" if res.leader_method == "exact"
-               else "max-flow topic bounds + per-topic min-cost flows + broker-level balancing flows",
-               "status": "OPTIMAL" if res.leader_method == "exact" else "FEASIBLE"}
+    if res.params.max_leader_changes is not None:
+        leaders = {"method": "max-flow topic bounds + Lagrangian search over exact min-cost flows (change budget)",
+                   "status": "FEASIBLE"}
+    elif res.leader_method == "exact":
+        leaders = {"method": "max-flow topic bounds + one exact min-cost flow", "status": "OPTIMAL"}
+    else:
+        leaders = {"method": "max-flow topic bounds + per-topic min-cost flows + broker-level balancing flows",
+                   "status": "FEASIBLE"}
     doc: dict[str, Any] = {
         "format": FORMAT,
         "id": "",
