@@ -89,27 +89,30 @@ def _copy(src: Path, dst: Path) -> Path:
 def test_read_plan_checks_every_file_and_tolerates_additions(snap, tmp_path):
     good = api.plan_drain(api.DrainRequest(snapshot=snap, out=tmp_path / "p", brokers=(2, 5))).path
     doc = json.loads((good / "plan.json").read_text())
-    # additions a newer writer may make: an unknown figure, an unknown file, batch files that match
+    # the writer puts every batch in its own file (Kafka's format), listed in plan.json with its checksum
+    names = {batch_file_name(b["index"]) for b in doc["batches"]}
+    assert [b["file"] for b in doc["batches"]] == [batch_file_name(b["index"]) for b in doc["batches"]]
+    assert names <= set(doc["files"]) and all((good / n).is_file() for n in names)
+    # additions a newer writer may make: an unknown file
     d = _copy(good, tmp_path / "extra")
     (d / "notes.txt").write_text("hello")
-    for b in doc["batches"]:
-        entries = [{"topic": t, "partition": p, "replicas": r}
-                   for (t, p), r in zip(b["partitions"], b["replicas"], strict=True)]
-        (d / batch_file_name(b["index"])).write_text(json.dumps({"version": 1, "partitions": entries}))
     assert read_plan(d).id == doc["id"]
-    # a batch file that differs from its batch, one for a batch that does not exist
+    # a batch file that differs from its batch, one missing, one for a batch that does not exist
     last = doc["batches"][-1]
     entries = [{"topic": t, "partition": p, "replicas": list(reversed(r))}
                for (t, p), r in zip(last["partitions"], last["replicas"], strict=True)]
     (d / batch_file_name(last["index"])).write_text(json.dumps({"version": 1, "partitions": entries}))
-    with pytest.raises(BadInput, match=f"does not hold exactly batch {last['index']}"):
+    with pytest.raises(BadInput, match=f"{batch_file_name(last['index'])}: checksum does not match"):
         read_plan(d)
     (d / batch_file_name(last["index"])).unlink()
+    with pytest.raises(BadInput, match=f"{batch_file_name(last['index'])} is missing"):
+        read_plan(d)
+    d = _copy(good, tmp_path / "stray")
     (d / batch_file_name(999)).write_text(json.dumps({"version": 1, "partitions": entries}))
     with pytest.raises(BadInput, match="names batch 999"):
         read_plan(d)
     # reassignment.json edited: one target changed (plan.json records every file's checksum)
-    assert set(doc["files"]) == {"reassignment.json", "rollback.json"}
+    assert set(doc["files"]) == {"reassignment.json", "rollback.json"} | names
     d = _copy(good, tmp_path / "edited")
     ra = json.loads((d / "reassignment.json").read_text())
     ra["partitions"][0]["replicas"] = ra["partitions"][0]["replicas"][::-1]
