@@ -83,7 +83,7 @@ def run_kplan(root: Path, argv: list[str], timeout: float | None = None) -> dict
             "leader_scope": s.get("leader_scope", "all"), "alternative": lead.get("alternative"),
             "max_topic_leaders_after": s["max_topic_leaders_per_broker_after"],
             "topics_over_ceil": s["topics_over_ceil_partitions_per_broker"],
-            "hot_spots": len(s.get("hot_spots") or []), "batches": s["batches"],
+            "hot_spots": s.get("hot_spots"), "batches": s["batches"],
             "max_suggested_throttle": max((x.get("suggested_throttle_bytes_per_s") or 0 for x in data), default=0)
             if data and "suggested_throttle_bytes_per_s" in data[0] else None,
             "placement": doc["solver"]["placement"]["method"], "leaders": doc["solver"]["leaders"]["method"]}

@@ -18,7 +18,7 @@ import numpy as np
 
 from planner.codec import ReassignEntry, encode_reassignment
 from planner.optimizer.batches import batch_traffic, changed_sets
-from planner.optimizer.hotspots import hot_spots
+from planner.optimizer.hotspots import HOT_PCT, hot_spots
 from planner.optimizer.planning import PlanResult, broker_figures, move_figures, topic_leader_max
 from planner.plan_model import FORMAT, batch_file_name, file_sha256, plan_id
 
@@ -86,7 +86,8 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
     quality["optional_leadership_changes"] = lr.optional
     metric = "bytes" if res.rebalance is not None and res.rebalance.mode == "bytes" else "replicas"
     budget_hit = res.rebalance is not None and bool(res.rebalance.unreached)
-    quality["hot_spots"] = hot_spots(pb, final, res.eligible, res.drained, metric, budget_hit)
+    hot = hot_spots(pb, final, res.eligible, res.drained, metric, budget_hit)
+    quality["hot_spots"] = len(hot)
     quality["topics_over_ceil_stopped_by_budget"] = len(res.rebalance.leader_topics_stopped) if res.rebalance \
         else 0
     leadership = {
@@ -125,6 +126,7 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
         "parameters": parameters,
         "summary": {**mf, **quality, "batches": len(res.batches)},
         "leadership": leadership,
+        "hot_spots": {"metric": metric, "threshold_pct": HOT_PCT, "brokers": hot},
         "brokers": {
             "ids": [int(b) for b in pb.broker_ids.tolist()],
             "racks": [pb.rack_names[r] if r >= 0 else None for r in pb.rack_of.tolist()],

@@ -152,7 +152,8 @@ def test_a_broker_forced_above_the_mean_by_its_rack_is_named(tmp_path, capsys):
     count = {b: sum(b in r for r in final.values()) for b in range(2, 7)}
     mean = sum(count.values()) / 5
     assert count[4] == sum(4 in r or 1 in r for r in assign.values())
-    hot = doc["summary"]["hot_spots"]
+    hot = doc["hot_spots"]["brokers"]
+    assert doc["summary"]["hot_spots"] == 1 and doc["hot_spots"]["metric"] == "replicas"
     assert [h["broker"] for h in hot] == [4]
     assert hot[0]["reason"] == "rack" and hot[0]["rack"] == "r0"
     assert hot[0]["excess_pct"] == round(100 * (count[4] - mean) / mean, 1)
@@ -160,7 +161,7 @@ def test_a_broker_forced_above_the_mean_by_its_rack_is_named(tmp_path, capsys):
     # a cluster that can be levelled has none
     spec2 = Spec({b: None for b in range(1, 7)}, set(range(1, 7)), assign)
     doc2 = _plan_cli(tmp_path, write_snapshot(spec2, tmp_path), "q", "drain", "--brokers", "1")
-    assert doc2["summary"]["hot_spots"] == []
+    assert doc2["hot_spots"]["brokers"] == [] and doc2["summary"]["hot_spots"] == 0
 
 
 # ---------------------------------------------------------------------------------------- stranded replicas

@@ -152,7 +152,7 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any]) -> None:
                      f"suggested throttle up to {_human(top)}/s ({p['batch_seconds']} s per batch)")
     elif doc["batches"]:
         lines.append(f"  batch files        {doc['batches'][0]['file']} .. {doc['batches'][-1]['file']}")
-    for h in s["hot_spots"]:
+    for h in doc["hot_spots"]["brokers"]:
         lines.append(f"  HOT SPOT           broker {h['broker']} ({h['rack']}): {h['excess_pct']:+.1f}% "
                      f"{h['metric']} vs the mean; {h['reason']}: {h['detail']}")
     t = solve["timings_s"]
