@@ -78,6 +78,12 @@ class Batch:
     kind: str                                      # "leadership" | "data"
     partitions: tuple[tuple[str, int], ...]
     replicas: tuple[tuple[int, ...], ...]          # replicas[i] is the list this batch writes for partitions[i]
+    # written since issue 11 (None in older plans): its own file in Kafka's format, the bytes it copies and
+    # the per-broker throttle that copies them in the plan's batch_seconds (None: leadership batch or
+    # unknown sizes; apply uses it as the batch's default throttle)
+    file: str | None = None
+    bytes: int | None = None
+    suggested_throttle_bytes_per_s: int | None = None
 
     def entries(self) -> tuple[ReassignEntry, ...]:
         """The batch as reassignment entries (what is written to /admin/reassign_partitions)."""
@@ -119,6 +125,8 @@ class Plan:
     after: Mapping[str, Any] = field(default_factory=_empty)
     topics: Mapping[str, Any] = field(default_factory=_empty)
     solver: Mapping[str, Any] = field(default_factory=_empty)
+    leadership: Mapping[str, Any] = field(default_factory=_empty)   # scope, necessary/optional, alternative
+    hot_spots: Mapping[str, Any] = field(default_factory=_empty)    # metric, threshold_pct, brokers
     warnings: tuple[str, ...] = ()
     doc: Mapping[str, Any] = field(default_factory=_empty, repr=False)   # plan.json as read (do not modify)
     path: Path | None = None
@@ -226,7 +234,14 @@ def _batches(doc: dict[str, Any], where: Path) -> tuple[Batch, ...]:
                 or set(type(p[0]) for p in parts) - {str} or set(type(p[1]) for p in parts) - {int}:
             raise _bad(where, f"batch {b['index']}: partitions must be [topic, partition] pairs")
         _all_ids(reps, where, f"batch {b['index']} replicas")
-        out.append(Batch(b["index"], b["kind"], tuple(map(tuple, parts)), tuple(map(tuple, reps))))
+        for key in ("bytes", "suggested_throttle_bytes_per_s"):
+            v = b.get(key)
+            if v is not None and (type(v) is not int or v < 0):
+                raise _bad(where, f"batch {b['index']}: {key} must be a non-negative integer or null, not {v!r}")
+        if b.get("file") is not None and not isinstance(b["file"], str):
+            raise _bad(where, f"batch {b['index']}: file must be a string")
+        out.append(Batch(b["index"], b["kind"], tuple(map(tuple, parts)), tuple(map(tuple, reps)), b.get("file"),
+                         b.get("bytes"), b.get("suggested_throttle_bytes_per_s")))
     if [b.index for b in out] != list(range(len(out))):
         raise _bad(where, f"batch indexes must be 0..{len(out) - 1} in order, got {[b.index for b in out]}")
     return tuple(out)
@@ -319,7 +334,8 @@ def from_document(doc: dict[str, Any], path: Path | None = None) -> Plan:
         parameters=frozen(doc["parameters"]), brokers=_brokers(doc, where), snapshot=frozen(snap),
         summary=frozen(doc.get("summary") or {}), before=frozen(doc.get("before") or {}),
         after=frozen(doc.get("after") or {}), topics=frozen(doc.get("topics") or {}),
-        solver=frozen(doc.get("solver") or {}), warnings=tuple(str(w) for w in doc.get("warnings") or ()),
+        solver=frozen(doc.get("solver") or {}), leadership=frozen(doc.get("leadership") or {}),
+        hot_spots=frozen(doc.get("hot_spots") or {}), warnings=tuple(str(w) for w in doc.get("warnings") or ()),
         doc=MappingProxyType(doc), path=path)
 
 
@@ -364,7 +380,7 @@ def read_plan(path: Path | str) -> Plan:
                 if final.get(key) != reps:
                     raise _bad(where, f"batch {b.index} writes {key[0]}-{key[1]} as {list(reps)}, not the plan's "
                                       f"target {list(final.get(key) or ())}")
-    listed = {b["index"]: b["file"] for b in doc["batches"] if isinstance(b, dict) and "file" in b}
+    listed = {b.index: b.file for b in batches if b.file is not None}
     _check_batch_files(path, batches, listed)
     return plan
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from planner import cli, loader
 from planner.errors import BadInput
 from planner.optimizer import Params, from_snapshot, make_plan
 from planner.plan_format import plan_document
-from planner.plan_model import read_plan
+from planner.plan_model import plan_id, read_plan
 from planner.snapshot_io import read_snapshot
 from planner.synth import synth_cluster, to_snapshot
 
@@ -124,7 +125,21 @@ def test_batch_files_are_kafkas_format_and_a_changed_or_missing_one_is_refused(t
             for x in set(e["replicas"]) - set(_assignment(c)[(e["topic"], e["partition"])]):
                 into[x] = into.get(x, 0) + sizes[(e["topic"], e["partition"])]
         assert b["suggested_throttle_bytes_per_s"] >= math.ceil(max(into.values()) / 600)
-    read_plan(folder)
+    # the plan model (what apply and the review read, without a solver) carries each batch's file and throttle
+    plan = read_plan(folder)
+    assert [(x.index, x.file, x.bytes, x.suggested_throttle_bytes_per_s) for x in plan.batches] == \
+        [(b["index"], b["file"], b["bytes"], b["suggested_throttle_bytes_per_s"]) for b in doc["batches"]]
+    assert plan.batches[0].kind == "leadership" and plan.batches[0].suggested_throttle_bytes_per_s is None
+    assert all(x.suggested_throttle_bytes_per_s > 0 for x in plan.batches[1:])
+    assert plan.leadership["scope"] == "touched" and plan.leadership["alternative"]["scope"] == "all"
+    # a throttle that is not a byte rate is refused even when plan.json's id was recomputed after the edit
+    copy = shutil.copytree(folder, tmp_path / "copy")
+    bad = json.loads((copy / "plan.json").read_text())
+    bad["batches"][1]["suggested_throttle_bytes_per_s"] = "50MB"
+    bad["id"] = plan_id(bad)
+    (copy / "plan.json").write_text(json.dumps(bad))
+    with pytest.raises(BadInput, match="suggested_throttle_bytes_per_s must be a non-negative integer"):
+        read_plan(copy)
     victim = folder / doc["batches"][2]["file"]
     text = victim.read_text()
     entry = json.loads(text)
@@ -158,6 +173,7 @@ def test_a_broker_forced_above_the_mean_by_its_rack_is_named(tmp_path, capsys):
     assert hot[0]["reason"] == "rack" and hot[0]["rack"] == "r0"
     assert hot[0]["excess_pct"] == round(100 * (count[4] - mean) / mean, 1)
     assert "HOT SPOT" in capsys.readouterr().out
+    assert read_plan(tmp_path / "p").hot_spots["brokers"][0]["broker"] == 4
     # a cluster that can be levelled has none
     spec2 = Spec({b: None for b in range(1, 7)}, set(range(1, 7)), assign)
     doc2 = _plan_cli(tmp_path, write_snapshot(spec2, tmp_path), "q", "drain", "--brokers", "1")
