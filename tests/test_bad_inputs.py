@@ -193,6 +193,12 @@ CASES = [
     # --- refusals and messages (item 9)
     Case("plan-infeasible-drain", lambda c: ["plan", "drain", "--snapshot", str(c.snapshot()), "--brokers",
                                              "1,2", "--out", str(c.out)], 2, "RF 3 but only 1 eligible broker "),
+    Case("plan-batch-seconds-zero", lambda c: ["plan", "drain", "--snapshot", str(c.snapshot()), "--brokers",
+                                               "2", "--out", str(c.out), "--batch-seconds", "0"],
+         2, "batch_seconds must be at least 1, got 0"),
+    Case("plan-max-leader-changes-negative", lambda c: ["plan", "rebalance", "--snapshot", str(c.snapshot()),
+                                                        "--out", str(c.out), "--max-leader-changes", "-1"],
+         2, "max_leader_changes must not be negative, got -1"),
     Case("sandbox-description-leader-true", lambda c: ["sandbox", "up", "--dir", str(c.out), "--cluster", str(
         _sizes(c, {"brokers": [{"id": 1}], "topics": [{"name": "t", "partitions": [
             {"replicas": [1], "leader": True}]}]}))], 2, "leader true must be -1 or one of the replicas [1]"),
