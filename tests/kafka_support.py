@@ -70,6 +70,23 @@ class Real:
         self.sb.wait_settled(settle)
         return name
 
+    def controller(self) -> int | None:
+        data = self.zk.exists(codec.CONTROLLER) and self.zk.get(codec.CONTROLLER)[0]
+        return codec.decode_controller(data).broker_id if data else None
+
+    def move_controller(self, to: int, timeout: float = 60) -> None:
+        """Make broker `to` the controller the way operators do it (kafka-kit, Kafka's docs): delete
+        /controller and let the live brokers race for it again, until `to` wins."""
+        deadline = time.monotonic() + timeout
+        while (current := poll(self.controller, timeout, "a controller")) != to:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"broker {to} did not become the controller (still {current})")
+            old = self.zk.exists(codec.CONTROLLER)
+            self.zk.delete(codec.CONTROLLER)
+            poll(lambda o=old: (st := self.zk.exists(codec.CONTROLLER)) and st.czxid != o.czxid, timeout,
+                 "a new controller")
+        self.sb.wait_settled(timeout)
+
     def restore(self, timeout: float = 90) -> None:
         """Every broker running again and the cluster settled (between tests of one module)."""
         down = [b["id"] for b in self.sb.status(limit=0)["brokers"] if not b["running"]]
