@@ -1,0 +1,64 @@
+"""`kplan apply --zk … --plan P`: apply exactly the reviewed plan through ZooKeeper, batch by batch
+(docs/APPLY.md). Resumes a run that was interrupted; `--dry-run` prints every write it would make and
+makes none. Exit 0 applied (or already applied), 1 refused for safety / timed out / cancelled, 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from planner.commands._zkargs import ProgressLine, add_zk, rate
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("apply", help="apply a reviewed plan through ZooKeeper (lock, preflight, throttles, batches)",
+                       description="Apply the plan folder P to the cluster: one batch at a time through "
+                       "/admin/reassign_partitions, each submitted when the previous one completed, with "
+                       "replication throttles set as Kafka's own tool sets them and removed afterwards. Holds "
+                       "a ZooKeeper lock for the whole apply and refuses a plan that no longer matches the "
+                       "cluster. An interrupted apply run again resumes where it stopped.")
+    add_zk(p)
+    p.add_argument("--plan", required=True, metavar="P", help="plan folder (kplan plan ... --out P)")
+    p.add_argument("--throttle", type=rate, metavar="RATE",
+                   help="replication throttle in bytes/s for the data batches (e.g. 50MB); default: the "
+                   "plan's suggestion per batch, if any, else unthrottled")
+    p.add_argument("--max-concurrent-per-broker", type=int, metavar="N",
+                   help="split the plan's batches so that no broker takes part in more than N moves at once "
+                   "(at most the plan's own limit)")
+    p.add_argument("--poll", type=float, default=1.0, metavar="S", help="seconds between checks (default 1)")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="give up (exit 1, run recorded, resumable) after S seconds; default: wait")
+    p.add_argument("--lock-wait", type=float, default=0.0, metavar="S",
+                   help="wait up to S seconds for another apply's lock (e.g. a killed apply whose ZooKeeper "
+                   "session has not expired yet); default: refuse at once")
+    p.add_argument("--dry-run", action="store_true", help="print every write it would make, make none")
+    p.add_argument("--out", metavar="DIR", help="where progress.json and outcome.json go (default <run>/apply)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from planner import zk as zkmod
+    from planner.execution import steps
+    from planner.execution.executor import Options, dry_run_lines
+
+    auth = zkmod.auth_from_env(args.zk_auth_env)
+    opts = Options(throttle=args.throttle, poll=args.poll, timeout=args.timeout, lock_wait=args.lock_wait,
+                   dry_run=args.dry_run)
+    line = ProgressLine()
+    try:
+        result = steps.apply(args.zk, args.plan, opts, max_concurrent=args.max_concurrent_per_broker, auth=auth,
+                             connect_timeout=args.connect_timeout, out=args.out,
+                             progress=None if args.dry_run else line)
+    finally:
+        line.end()
+    if args.dry_run:
+        for text in dry_run_lines(result):
+            print(text)
+        print(f"dry run: {len(result.writes)} writes in {max(0, len(set(t.split(']')[0] for t in result.writes)))} "
+              "transactions would be made; none was made", file=sys.stderr)
+    for w in result.warnings:
+        print(f"kplan apply: WARNING: {w}", file=sys.stderr)
+    print(result.message)
+    if result.state in ("cancelled", "reverted"):
+        return 1
+    return 0

@@ -1,0 +1,190 @@
+"""The executor's one narrow read interface to the cluster (kafka-kit's `kafkazk.Handler` is the model).
+
+Every read is batched: partition assignments and states of many partitions come back from a few `multiRead`
+requests (planner.zkbulk), never one round trip per partition. Reads here never write and never set
+watches the caller did not ask for (servers older than 3.6 fall back to pipelined gets).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss, NoNodeError, OperationTimeoutError, SessionExpiredError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from planner import codec
+from planner.errors import CodecError, ZkUnavailable
+from planner.zkbulk import ERR_NONODE, BulkReader, supports_multiread
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+T = TypeVar("T")
+TRANSIENT = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+
+
+def retrying(fn: Callable[[], T], patience: float = 60.0) -> T:
+    """Run a read again while the connection is being re-established (kazoo reconnects, and after an expired
+    session starts a new one); ZkUnavailable once `patience` seconds have passed."""
+    deadline = time.monotonic() + patience
+    delay = 0.1
+    while True:
+        try:
+            return fn()
+        except TRANSIENT as e:
+            if time.monotonic() > deadline:
+                raise ZkUnavailable(f"ZooKeeper did not answer for {patience:.0f} s: {e!r}") from None
+            log.info("ZooKeeper read interrupted (%r); retrying", e)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class PartStatus:
+    """One partition as ZooKeeper shows it (replicas None: the topic or partition does not exist)."""
+
+    replicas: tuple[int, ...] | None
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+    leader: int = -1
+    isr: tuple[int, ...] = ()
+    has_state: bool = False
+    state_mtime_ms: int = 0
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target(self) -> tuple[int, ...] | None:
+        """TRS: the replicas it ends with (the full list minus removing replicas)."""
+        if self.replicas is None:
+            return None
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def origin(self) -> tuple[int, ...] | None:
+        if self.replicas is None:
+            return None
+        return tuple(r for r in self.replicas if r not in self.adding)
+
+
+@dataclass(frozen=True)
+class AdminZnode:
+    """`/admin/reassign_partitions` or `/admin/preferred_replica_election` as found."""
+
+    exists: bool
+    data: bytes | None = None
+    mzxid: int = 0
+    entries: tuple[codec.ReassignEntry, ...] | None = None  # None when malformed
+    error: str | None = None
+
+
+class ClusterView:
+    def __init__(self, client: KazooClient, timeout: float = 30.0):
+        self.client = client
+        mode = "multiread" if supports_multiread(client, min(timeout, 10.0)) else "plain"
+        self.reader = BulkReader(client, mode, timeout=timeout)
+
+    # ---------------------------------------------------------------------------------- partitions
+    def topics(self, topics: Iterable[str]) -> dict[str, codec.TopicAssignment | CodecError | None]:
+        names = sorted(set(topics))
+        reads = self.reader.get_many([codec.topic_path(t) for t in names])
+        out: dict[str, codec.TopicAssignment | CodecError | None] = {}
+        for t, err, data in zip(names, reads.err.tolist(), reads.data, strict=True):
+            if err:
+                out[t] = None
+                continue
+            try:
+                out[t] = codec.decode_topic(t, data)
+            except CodecError as e:
+                out[t] = e
+        return out
+
+    def partitions(self, keys: Iterable[Key], states: bool = True) -> dict[Key, PartStatus]:
+        """Assignment (and, with `states`, leader/ISR) of each partition, in two bulk reads."""
+        keys = list(dict.fromkeys(keys))
+        topics = self.topics(k[0] for k in keys)
+        leader: dict[Key, tuple[int, tuple[int, ...], bool, int]] = {}
+        if states:
+            reads = self.reader.get_many([codec.state_path(t, p) for t, p in keys])
+            mtimes = reads.stat["mtime"].tolist() if len(reads) else []
+            for k, err, data, mt in zip(keys, reads.err.tolist(), reads.data, mtimes, strict=True):
+                if err:
+                    continue
+                try:
+                    st = codec.decode_partition_state(data, codec.state_path(*k))
+                except CodecError:
+                    continue
+                leader[k] = (st.leader, tuple(st.isr), True, int(mt))
+        out: dict[Key, PartStatus] = {}
+        for k in keys:
+            ta = topics.get(k[0])
+            if not isinstance(ta, codec.TopicAssignment) or k[1] not in ta.partitions:
+                out[k] = PartStatus(None)
+                continue
+            ld, isr, has, mt = leader.get(k, (-1, (), False, 0))
+            out[k] = PartStatus(tuple(ta.partitions[k[1]]), tuple(ta.adding_replicas.get(k[1], ())),
+                                tuple(ta.removing_replicas.get(k[1], ())), ld, isr, has, mt)
+        return out
+
+    def all_partition_keys(self) -> list[Key]:
+        """Every partition of every topic (for cluster-wide figures)."""
+        try:
+            topics = self.client.get_children(codec.TOPICS)
+        except NoNodeError:
+            return []
+        keys: list[Key] = []
+        for t, ta in self.topics(topics).items():
+            if isinstance(ta, codec.TopicAssignment):
+                keys += [(t, p) for p in sorted(ta.partitions)]
+        return keys
+
+    # ------------------------------------------------------------------------------------ brokers
+    def live_brokers(self) -> set[int]:
+        try:
+            return {int(i) for i in self.client.get_children(codec.BROKER_IDS) if i.isdigit()}
+        except NoNodeError:
+            return set()
+
+    # -------------------------------------------------------------------------------------- admin
+    def reassignment(self) -> AdminZnode:
+        try:
+            data, stat = self.client.get(codec.REASSIGN)
+        except NoNodeError:
+            return AdminZnode(False)
+        try:
+            entries = tuple(codec.decode_reassignment(data))
+            return AdminZnode(True, data, stat.mzxid, entries)
+        except CodecError as e:
+            return AdminZnode(True, data, stat.mzxid, None, str(e))
+
+    def election_pending(self) -> AdminZnode:
+        try:
+            data, stat = self.client.get(codec.PREFERRED_ELECTION)
+        except NoNodeError:
+            return AdminZnode(False)
+        return AdminZnode(True, data, stat.mzxid)
+
+    # ------------------------------------------------------------------------------------ configs
+    def configs(self, entities: Iterable[str]) -> dict[str, tuple[dict[str, str], int] | None]:
+        """`topics/<t>` / `brokers/<id>` -> (override set, znode version), or None when the znode is absent.
+        A malformed config znode raises CodecError (never overwrite what cannot be read)."""
+        names = sorted(set(entities))
+        paths = [f"{codec.CONFIG}/{e}" for e in names]
+        reads = self.reader.get_many(paths)
+        versions = reads.stat["version"].tolist() if len(reads) else []
+        out: dict[str, tuple[dict[str, str], int] | None] = {}
+        for e, path, err, data, ver in zip(names, paths, reads.err.tolist(), reads.data, versions, strict=True):
+            if err == ERR_NONODE:
+                out[e] = None
+            elif err:
+                raise CodecError(path, f"cannot be read (ZooKeeper error {err})")
+            else:
+                out[e] = (codec.decode_config(data, path) if data else {}, int(ver))
+        return out

@@ -1,0 +1,691 @@
+"""The executor: apply a plan batch by batch through `/admin/reassign_partitions`, resumable, cancellable.
+
+Per unit (a plan batch, or part of one), with explicit states persisted in the run record (runstate.py):
+  pending   -> fresh check (its partitions still have the replicas the previous step left them with, nothing
+               else reassigning, every target broker registered) -> throttles set (throttles.py)
+  submitted -> one fenced transaction creates `/admin/reassign_partitions` (Kafka's strict schema) *and*
+               records the state, so a unit is submitted exactly once even if the process dies right after;
+               then wait, woken by a watch on the znode, until every partition lists exactly its target
+  electing  -> (leadership units of a drain) the reordered lists are in place; one transaction creates
+               `/admin/preferred_replica_election` and records it; wait until the controller is done
+  completed -> throttles removed (nothing is in flight between units), state recorded; next unit.
+A killed apply run again resumes at the recorded state. A lost session (the lock's znode is gone) makes the
+next fenced write fail; the executor takes the lock again and resumes from the record.
+
+A cancel request (`/kplan/runs/<plan>/cancel`, written by `kplan cancel`) is honoured between units: the unit
+in flight finishes (ZooKeeper offers no way to stop a running reassignment: the controller acts on the znode
+only when it is created, and deleting it loses the controller's watch); with mode "revert" that unit's
+partitions are then moved back to the replicas they had before it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError
+from kazoo.protocol.states import KazooState
+
+from planner import codec
+from planner import zk as zkmod
+from planner.errors import NotConverged, PlannerError, SafetyRefusal
+from planner.execution import preflight
+from planner.execution import runstate as rs
+from planner.execution.clusterview import ClusterView, Key, retrying
+from planner.execution.diagnosis import Context, diagnose
+from planner.execution.lock import ApplyLock, holder
+from planner.execution.planview import RunPlan, Unit, revert_unit
+from planner.execution.progress import Progress, Reporter
+from planner.execution.throttles import Throttles, spec_for
+from planner.zkgate import FenceLost, Op, WriteGate
+
+log = logging.getLogger(__name__)
+
+AFTER_BATCH, REVERT = "after-batch", "revert"
+
+
+@dataclass
+class Options:
+    throttle: int | None = None         # bytes/s; None: the plan's suggestion per batch, else unthrottled
+    poll: float = 1.0                   # seconds between checks when no watch fires
+    timeout: float | None = None        # overall; None waits as long as it takes (stalls are logged)
+    lock_wait: float = 0.0              # seconds to wait for the lock (a killed apply's session must expire)
+    dry_run: bool = False
+    election_timeout: float = 60.0
+    stall_warning: float = 60.0         # log a diagnosis when no partition completes for this long
+    progress_file: Path | None = None
+    lock_recoveries: int = 3            # times a lost lock (expired session) is taken again and the run resumed
+
+
+@dataclass
+class Result:
+    plan_id: str
+    state: str                  # completed | already-completed | cancelled | reverted | dry-run | none
+    message: str
+    resumed: bool = False
+    units_total: int = 0
+    units_done: int = 0
+    units_submitted: int = 0    # by this process
+    partitions_done: int = 0
+    partitions_total: int = 0
+    bytes_done: int = 0
+    bytes_total: int = 0
+    seconds: float = 0.0
+    writes: list[str] = field(default_factory=list)   # dry run: every write it would make, in order
+    warnings: list[str] = field(default_factory=list)
+
+
+class Executor:
+    def __init__(self, client: KazooClient, plan: RunPlan, options: Options | None = None,
+                 progress: Callable[[Progress], None] | None = None, command: str = "apply"):
+        self.client = client
+        self.plan = plan
+        self.opts = options or Options()
+        self.command = command
+        self.gate = WriteGate(client, dry_run=self.opts.dry_run)
+        self.view = ClusterView(client)
+        self.throttles = Throttles(self.gate, self.view, plan.hexid)
+        self.lock = ApplyLock(self.gate, command, plan.id)
+        self.reporter = Reporter(command, progress, self.opts.progress_file, every=self.opts.poll)
+        self.started = time.monotonic()
+        self.deadline = self.started + self.opts.timeout if self.opts.timeout else None
+        self.warnings: list[str] = []
+        self.units_submitted = 0
+        self.resumed = False
+        self.run: rs.Run | None = None
+        self._wake = threading.Event()
+        self._bytes_at_start: int | None = None
+        self._last_saved = 0.0
+        self._last_entries: dict[Key, tuple[int, ...]] = {}
+        final = plan.final_unit()
+        self._final_count = [0] * len(plan.units)
+        self._final_bytes = [0] * len(plan.units)
+        for k, u in final.items():
+            self._final_count[u] += 1
+            self._final_bytes[u] += plan.moves[k].bytes or 0
+        self._final = final
+        client.add_listener(self._on_state)
+
+    # ----------------------------------------------------------------------------------- plumbing
+    def close(self) -> None:
+        self.client.remove_listener(self._on_state)
+
+    def _on_state(self, state: str) -> bool:
+        if state == KazooState.LOST:
+            log.warning("ZooKeeper session lost: the lock went with it; writes stop until it is taken again")
+        self._wake.set()
+        return False
+
+    def _watch(self, event: Any) -> None:
+        self._wake.set()
+
+    def _sleep(self, seconds: float) -> None:
+        self._wake.wait(max(0.0, seconds))
+        self._wake.clear()
+
+    def _read(self, fn: Callable[[], Any]) -> Any:
+        return retrying(fn)
+
+    def _arm(self, path: str) -> Any:
+        """exists() with a one-shot watch that wakes the waiting loop when the znode changes."""
+        return self._read(lambda: self.client.exists(path, watch=self._watch))
+
+    def _save(self, run: rs.Run, extra: list[Op] | None = None, fenced: bool = True) -> None:
+        try:
+            rs.save(self.gate, run, extra, fenced=fenced)
+        except BadVersionError:
+            raise SafetyRefusal(f"{run.path} was changed by another process while this one held the lock; "
+                                "stopping (two writers must never run at once)") from None
+        self._last_saved = time.monotonic()
+
+    def _reload(self) -> rs.Run:
+        run = self._read(lambda: rs.load(self.client, self.plan.hexid, self.gate))
+        if run is None:
+            raise SafetyRefusal(f"the run record {rs.run_path(self.plan.hexid)} disappeared")
+        self.run = run
+        return run
+
+    def _cancel_request(self) -> dict[str, Any] | None:
+        if self.gate.dry_run:
+            return None
+        return self._read(lambda: rs.read_cancel(self.client, self.plan.hexid))
+
+    def _check_time(self, what: str, keys: list[Key]) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            reasons = self.diagnose(keys, time_left=0.0)
+            raise NotConverged(f"{self.command} timed out after {self.opts.timeout:.0f} s while {what}; "
+                               + stalled_text(reasons) + ". The run is recorded: `kplan apply` again resumes it, "
+                               "`kplan verify` reports, `kplan cancel` stops it")
+
+    # ------------------------------------------------------------------------------------ progress
+    def progress(self, state: str, unit: Unit | None = None, unit_done: int = 0, force: bool = False) -> Progress:
+        run = self.run
+        done = bytes_done = units_done = 0
+        if run is not None:
+            for i, u in enumerate(run.doc["units"]):
+                if u[0] == rs.COMPLETED:
+                    done += self._final_count[i]
+                    bytes_done += self._final_bytes[i]
+                    units_done += 1
+        if unit is not None and unit.kind != "revert" and unit_done:
+            done += unit_done
+            bytes_done += int(self._final_bytes[unit.index] * unit_done / max(1, self._final_count[unit.index]))
+        if self._bytes_at_start is None:
+            self._bytes_at_start = bytes_done
+        elapsed = time.monotonic() - self.started
+        moved = bytes_done - self._bytes_at_start
+        rate = moved / elapsed if moved > 0 and elapsed > 0 else None
+        total_b = self.plan.bytes_total
+        eta = (total_b - bytes_done) / rate if rate else None
+        if state == rs.DONE:
+            eta = 0.0
+        label = unit.label if unit is not None else None
+        p = Progress(self.command, f"{state}" + (f": {label}" if label else ""), done, self.plan.partitions_total,
+                     state, label, units_done, len(self.plan.units), bytes_done, total_b, rate, eta,
+                     round(elapsed, 3), rs.now())
+        if self.reporter.emit(p, force=force) and run is not None and not self.gate.dry_run and self.lock.held \
+                and time.monotonic() - self._last_saved > max(5.0, self.opts.poll):
+            run.doc["progress"] = p.as_dict()
+            self._save(run)
+        if run is not None:
+            run.doc["progress"] = p.as_dict()
+        return p
+
+    # ------------------------------------------------------------------------------------ diagnosis
+    def diagnose(self, keys: list[Key], time_left: float) -> dict[Key, list[str]]:
+        statuses = self._read(lambda: self.view.partitions(keys))
+        return diagnose(self.plan, statuses, self.context(time_left))
+
+    def context(self, time_left: float) -> Context:
+        run = self.run
+        pending: dict[Key, str] = {}
+        submitted: dict[Key, float] = {}
+        if run is not None:
+            for u in self.plan.units:
+                st = run.doc["units"][u.index]
+                for k in u.keys():
+                    if st[0] == rs.PENDING and k not in pending:
+                        pending[k] = u.label
+                    elif st[0] in (rs.SUBMITTED, rs.ELECTING) and st[1]:
+                        submitted[k] = st[1]
+        else:
+            for u in self.plan.units:
+                for k in u.keys():
+                    pending.setdefault(k, u.label)
+        record, _ = self._read(self.throttles.record)
+        return Context(self._read(self.view.live_brokers), self._read(self.view.reassignment), pending, submitted,
+                       record, time.time(), time_left)
+
+    # ---------------------------------------------------------------------------------------- apply
+    def apply(self) -> Result:
+        """Apply the plan (or resume it); see the module docstring."""
+        try:
+            self.lock.acquire(self.opts.lock_wait)
+            if self.gate.dry_run:
+                who = holder(self.client)
+                if who:
+                    self.warnings.append(f"the lock is held by {who}: a real apply would be refused now")
+            recoveries = 0
+            while True:
+                try:
+                    return self._apply()
+                except FenceLost:
+                    if self.gate.dry_run or recoveries >= self.opts.lock_recoveries:
+                        raise
+                    recoveries += 1
+                    log.warning("the ZooKeeper session expired and the lock with it; taking it again and resuming "
+                                "from the run record (%d/%d)", recoveries, self.opts.lock_recoveries)
+                    self._read(lambda: self.lock.reacquire(max(self.opts.lock_wait, 0.0)))
+                    self.resumed = True
+        finally:
+            self.lock.release()
+            self.close()
+
+    def _apply(self) -> Result:
+        plan = self.plan
+        run = self._read(lambda: rs.load(self.client, plan.hexid, self.gate))
+        self.run = run
+        if run is not None and run.state == rs.DONE:
+            self._release_all()
+            return self._result(run, "already-completed", f"plan {plan.id} was already applied to this cluster "
+                                f"(completed {_when(run.doc.get('updated_at'))}); nothing to do")
+        if run is not None and run.state in (rs.CANCELLED, rs.REVERTED):
+            raise SafetyRefusal(f"the run of plan {plan.id} on this cluster was {run.state} "
+                                f"{_when(run.doc.get('updated_at'))}; a cancelled plan is not applied again: take a "
+                                "new snapshot and plan")
+        if run is not None and run.doc.get("digest") != plan.digest():
+            was = (run.doc.get("options") or {}).get("max_concurrent")
+            raise SafetyRefusal(f"a run of plan {plan.id} with other batches is recorded (max concurrent moves per "
+                                f"broker {was}); resume it with the same setting")
+        self._read(lambda: preflight.check(self.client, self.view, plan, run))
+        self.resumed = self.resumed or run is not None
+        if run is None:
+            run = rs.Run(rs.run_path(plan.hexid), rs.new_run(
+                plan.id, plan.kind, plan.digest(), len(plan.units), rs.identity(self.command, plan.id),
+                {"throttle": self.opts.throttle, "max_concurrent": plan.max_concurrent, "poll": self.opts.poll}))
+        else:
+            run.doc["holder"] = rs.identity(self.command, plan.id)
+            run.doc["error"] = None
+            if run.state == rs.FAILED:
+                run.doc["state"] = rs.RUNNING
+            run.event(f"resumed by {self.command} (pid {run.doc['holder']['pid']})")
+        self.run = run
+        self._save(run)
+        self.progress(run.state, force=True)
+        try:
+            if run.state in (rs.CANCELLING, rs.REVERTING) or self._cancel_request():
+                return self._finish_cancel(run, self._cancel_request() or {"mode": AFTER_BATCH}, self._in_flight_unit())
+            for unit in plan.units:
+                seen = self._step(run, unit)
+                run = self.run
+                if seen is not None:
+                    return self._finish_cancel(run, seen, unit if seen.get("_in_flight") else None)
+            run.doc["state"] = rs.DONE
+            run.event("completed")
+            self._release_all()
+            self._save(run)
+            p = self.progress(rs.DONE, force=True)
+            if self.gate.dry_run:
+                return self._result(run, "dry-run", f"dry run: {len(self.gate.writes)} writes, none made")
+            return self._result(run, "completed", f"plan {plan.id} applied: {p.done} partitions in "
+                                f"{len(plan.units)} batches")
+        except FenceLost:
+            raise
+        except BaseException as e:
+            self._fail(e)
+            raise
+
+    def _in_flight_unit_now(self) -> Unit | None:
+        try:
+            self._reload()
+        except PlannerError:
+            return None
+        return self._in_flight_unit()
+
+    def _in_flight_unit(self) -> Unit | None:
+        run = self.run
+        if run is None:
+            return None
+        for i in run.in_flight():
+            return self.plan.units[i]
+        return None
+
+    def _step(self, run: rs.Run, unit: Unit) -> dict[str, Any] | None:
+        """Take one unit from wherever it is to completed. Returns a cancel request seen on the way (with
+        `_in_flight` set when the unit was already submitted then), or None."""
+        i = unit.index
+        seen = None
+        if run.unit_state(i) == rs.COMPLETED:
+            return None
+        if run.unit_state(i) == rs.PENDING:
+            req = self._cancel_request()
+            if req:
+                return req
+            self._before_submit(unit)
+            rate = self.rate(unit)
+            if rate and unit.kind == "data":
+                self.throttles.throttle(self._spec(unit), rate)
+            self._submit(run, unit)
+            run = self.run
+        if run.unit_state(i) == rs.SUBMITTED:
+            seen = self._wait_unit(unit)
+            run = self.run
+            if unit.kind == "leadership":
+                self._elect(run, unit)
+                run = self.run
+        if run.unit_state(i) == rs.ELECTING:
+            self._wait_election(unit)
+        self._release_all()
+        run.set_unit(i, rs.COMPLETED)
+        run.event(f"{unit.label} completed")
+        self._save(run)
+        self.progress(run.state, force=True)
+        if seen is not None:
+            seen = dict(seen, _in_flight=True)
+        return seen
+
+    def rate(self, unit: Unit) -> int | None:
+        return self.opts.throttle if self.opts.throttle is not None else unit.throttle
+
+    def _spec(self, unit: Unit):  # noqa: ANN202 - throttles.Spec
+        return spec_for((e.topic, e.partition, b, e.replicas) for e, b in zip(unit.entries, unit.before, strict=True))
+
+    def _before_submit(self, unit: Unit) -> None:
+        """Right before a unit: the previous znode is gone (or refuse a foreign one), the unit's partitions are
+        where the previous step left them, its targets are registered, no KRaft migration started."""
+        if self.gate.dry_run:
+            return
+        limit = time.monotonic() + max(30.0, 5 * self.opts.poll)
+        while True:
+            stat = self._arm(codec.REASSIGN)
+            if stat is None:
+                break
+            z = self._read(self.view.reassignment)
+            if not z.exists:
+                break
+            ours = z.entries is not None and all(self._last_entries.get((e.topic, e.partition)) == e.replicas
+                                                  for e in z.entries)
+            if not ours or time.monotonic() > limit:
+                raise SafetyRefusal(preflight.describe_foreign(z) + f"; {unit.label} was not submitted")
+            self._sleep(self.opts.poll)
+        self._read(lambda: zkmod.refuse_kraft_migration(self.client))
+        statuses = self._read(lambda: self.view.partitions(unit.keys(), states=False))
+        moved = [f"{preflight.name(e.key)} (expected {list(b)}, found "
+                 f"{list(statuses[e.key].replicas) if statuses[e.key].replicas is not None else 'nothing'}"
+                 + (", reassigning" if statuses[e.key].reassigning else "") + ")"
+                 for e, b in zip(unit.entries, unit.before, strict=True)
+                 if statuses[e.key].reassigning or statuses[e.key].replicas != b]
+        if moved:
+            raise SafetyRefusal(f"{len(moved)} partitions of {unit.label} changed during the run: "
+                                f"{preflight.listing(moved)}; {unit.label} was not submitted")
+        self._read(lambda: preflight.check_targets(self.view, self.plan, self.run, [unit]))
+
+    def _submit(self, run: rs.Run, unit: Unit, revert: bool = False) -> None:
+        data = codec.encode_reassignment([codec.ReassignEntry(e.topic, e.partition, e.replicas) for e in unit.entries])
+        if revert:
+            run.doc["revert"]["state"] = rs.SUBMITTED
+            run.doc["revert"]["submitted_at"] = rs.now()
+        else:
+            run.set_unit(unit.index, rs.SUBMITTED)
+        run.event(f"{unit.label} submitted ({len(unit.entries)} partitions)")
+        try:
+            self._save(run, [Op("create", codec.REASSIGN, data)])
+        except NodeExistsError:
+            self._reload()
+            z = self._read(self.view.reassignment)
+            raise SafetyRefusal(preflight.describe_foreign(z) + f"; {unit.label} was not submitted") from None
+        except BaseException:
+            self._reload()
+            raise
+        self.units_submitted += 1
+        self._last_entries = {e.key: e.replicas for e in unit.entries}
+        log.info("%s submitted: %d partitions, %d bytes to copy", unit.label, len(unit.entries), unit.bytes)
+
+    def _wait_unit(self, unit: Unit) -> dict[str, Any] | None:
+        """Wait until every partition of the unit lists exactly its target with nothing adding/removing.
+        Returns a cancel request seen meanwhile (honoured after the unit completes)."""
+        keys = unit.keys()
+        target = {e.key: e.replicas for e in unit.entries}
+        self._last_entries = dict(target)
+        if self.gate.dry_run:
+            return None
+        seen = None
+        best, best_at, warned_at = -1, time.monotonic(), 0.0
+        while True:
+            stat = self._arm(codec.REASSIGN)
+            statuses = self._read(lambda: self.view.partitions(keys, states=False))
+            done = sum(1 for k in keys if statuses[k].replicas == target[k] and not statuses[k].reassigning)
+            gone = [preflight.name(k) for k in keys if statuses[k].replicas is None]
+            if gone:
+                raise SafetyRefusal(f"partitions of {unit.label} disappeared while moving (topic deleted?): "
+                                    f"{preflight.listing(gone)}")
+            final_here = sum(1 for k in keys if self._final.get(k) == unit.index
+                             and statuses[k].replicas == target[k] and not statuses[k].reassigning)
+            self.progress(self.run.state, unit, final_here)
+            if done == len(keys):
+                return seen
+            if stat is None:
+                dropped = [k for k in keys if not statuses[k].reassigning and statuses[k].replicas != target[k]]
+                if dropped:
+                    raise SafetyRefusal(
+                        f"the controller dropped {len(dropped)} partitions of {unit.label} from the reassignment "
+                        f"(they are neither moving nor at their target): "
+                        f"{preflight.listing([preflight.name(k) for k in dropped])}")
+            if seen is None:
+                seen = self._cancel_request()
+                if seen:
+                    log.info("cancel requested (%s): %s finishes first", seen.get("mode"), unit.label)
+            now = time.monotonic()
+            if done > best:
+                best, best_at = done, now
+            elif now - best_at > self.opts.stall_warning and now - warned_at > self.opts.stall_warning:
+                warned_at = now
+                reasons = self.diagnose(keys, time_left=(self.deadline - now) if self.deadline else 1e9)
+                msg = f"{unit.label}: no partition completed for {now - best_at:.0f} s; " + stalled_text(reasons)
+                log.warning("%s", msg)
+            self._check_time(f"{unit.label} was in flight", keys)
+            self._sleep(self.opts.poll)
+
+    # ------------------------------------------------------------------------------------ elections
+    def _elect(self, run: rs.Run, unit: Unit) -> None:
+        """After a leadership unit: a preferred election for its partitions whose leader is not the new first
+        replica (only where that replica is registered and in the ISR: otherwise Kafka would not move it)."""
+        electable = self.electable(unit.keys(), {e.key: e.replicas for e in unit.entries})
+        if not electable:
+            return
+        if not self._await_no_election():
+            return
+        run.set_unit(unit.index, rs.ELECTING)
+        run.event(f"{unit.label}: preferred election for {len(electable)} partitions")
+        try:
+            self._save(run, [Op("create", codec.PREFERRED_ELECTION, codec.encode_preferred_election(electable))])
+        except NodeExistsError:
+            self._reload()
+            self.warn(f"{unit.label}: a preferred replica election appeared meanwhile; leadership of {len(electable)} "
+                      "partitions moves later (verify elects)")
+
+    def electable(self, keys: list[Key], target: dict[Key, tuple[int, ...]]) -> list[Key]:
+        statuses = self._read(lambda: self.view.partitions(keys))
+        live = self._read(self.view.live_brokers)
+        want = [k for k in keys if statuses[k].leader != target[k][0]]
+        ok = [k for k in want if target[k][0] in live and target[k][0] in statuses[k].isr]
+        if len(ok) < len(want):
+            skipped = [f"{preflight.name(k)} (preferred {target[k][0]}, ISR {list(statuses[k].isr)})"
+                       for k in want if k not in ok]
+            self.warn(f"{len(skipped)} partitions cannot take their preferred leader now (not registered or not in "
+                      f"the ISR): {preflight.listing(skipped)}")
+        return ok
+
+    def _await_no_election(self) -> bool:
+        if self.gate.dry_run:
+            return True
+        limit = time.monotonic() + self.opts.election_timeout
+        while self._arm(codec.PREFERRED_ELECTION) is not None:
+            if time.monotonic() > limit:
+                self.warn(f"a preferred replica election by someone else has been pending for "
+                          f"{self.opts.election_timeout:.0f} s; skipping this one (verify elects)")
+                return False
+            self._sleep(self.opts.poll)
+        return True
+
+    def _wait_election(self, unit: Unit) -> None:
+        if self.gate.dry_run:
+            return
+        limit = time.monotonic() + self.opts.election_timeout
+        while self._arm(codec.PREFERRED_ELECTION) is not None:
+            if time.monotonic() > limit:
+                self.warn(f"{unit.label}: the preferred election has not finished after "
+                          f"{self.opts.election_timeout:.0f} s; continuing (leadership also moves when data batches "
+                          "complete)")
+                return
+            self._sleep(self.opts.poll)
+        target = {e.key: e.replicas for e in unit.entries}
+        statuses = self._read(lambda: self.view.partitions(unit.keys()))
+        off = [preflight.name(k) for k, s in statuses.items() if s.leader != target[k][0]]
+        if off:
+            log.info("%s: %d partitions are not led by their new first replica after the election: %s", unit.label,
+                     len(off), preflight.listing(off))
+
+    def warn(self, text: str) -> None:
+        log.warning("%s", text)
+        self.warnings.append(text)
+
+    # ---------------------------------------------------------------------------------- throttles
+    def _release_all(self, keep: list[tuple[str, int, tuple[int, ...], tuple[int, ...]]] | None = None) -> None:
+        self._read(lambda: self.throttles.release(keep or ()))
+
+    def _moving(self) -> list[tuple[str, int, tuple[int, ...], tuple[int, ...]]]:
+        """Partitions of the plan still reassigning, as (topic, partition, origin, target): their throttles stay."""
+        statuses = self._read(lambda: self.view.partitions(self.plan.moves, states=False))
+        return [(k[0], k[1], s.origin, s.target) for k, s in statuses.items()
+                if s.reassigning and s.origin is not None and s.target is not None]
+
+    def _fail(self, error: BaseException) -> None:
+        """Best effort on the way out: throttles off everything not in flight, the run marked failed."""
+        if self.gate.dry_run or not self.lock.held or self.run is None:
+            return
+        try:
+            self._release_all(self._moving())
+            run = self._reload()
+            if run.state in (rs.RUNNING,):
+                run.doc["state"] = rs.FAILED
+            text = "interrupted (Ctrl-C)" if isinstance(error, KeyboardInterrupt) else f"{type(error).__name__}: {error}"
+            run.doc["error"] = text[:2000]
+            run.event(f"stopped: {text[:200]}")
+            self._save(run)
+        except Exception as e:  # noqa: BLE001 - never hide the original error
+            log.warning("could not record the failure in the run record: %r", e)
+
+    # --------------------------------------------------------------------------------------- cancel
+    def _finish_cancel(self, run: rs.Run, req: dict[str, Any], unit: Unit | None) -> Result:
+        """Stop here. With mode revert, move the unit that was in flight back to the replicas it started from."""
+        mode = req.get("mode", AFTER_BATCH)
+        if run.state not in (rs.CANCELLING, rs.REVERTING):
+            run.doc["state"] = rs.CANCELLING
+            run.event(f"cancel requested ({mode})")
+            self._save(run)
+        in_flight = self._in_flight_unit()
+        if in_flight is not None:  # a cancel that finds a unit in flight lets it finish first
+            self._step(run, in_flight)
+            unit = in_flight
+            run = self.run
+        rev = run.doc.get("revert")
+        if rev is not None and rev.get("state") != rs.COMPLETED:
+            unit = self.plan.units[rev["unit"]]
+            mode = REVERT
+        if mode == REVERT and unit is not None:
+            self._revert(run, unit)
+            run.doc["state"] = rs.REVERTED
+        else:
+            run.doc["state"] = rs.CANCELLED
+        run.doc["cancel"] = {k: v for k, v in req.items() if not k.startswith("_")}
+        run.event(f"{run.state} ({mode})")
+        self._release_all()
+        self._save(run)
+        p = self.progress(run.state, force=True)
+        what = (f"{unit.label} was moved back to the replicas it started from" if run.state == rs.REVERTED
+                else "no batch was in flight" if unit is None else f"{unit.label} completed first")
+        return self._result(run, run.state, f"plan {self.plan.id} {run.state}: {what}; {p.units_done} of "
+                            f"{len(self.plan.units)} batches stay applied (rollback.json reverts them all)")
+
+    def _revert(self, run: rs.Run, unit: Unit) -> None:
+        r = revert_unit(self.plan, unit, unit.index)
+        rev = run.doc.get("revert")
+        if rev is None or rev.get("unit") != unit.index:
+            rev = run.doc["revert"] = {"unit": unit.index, "state": rs.PENDING, "submitted_at": None,
+                                       "completed_at": None}
+            run.doc["state"] = rs.REVERTING
+            self._save(run)
+        if rev["state"] == rs.PENDING:
+            if not self.gate.dry_run:
+                statuses = self._read(lambda: self.view.partitions(r.keys(), states=False))
+                off = [preflight.name(e.key) for e, b in zip(r.entries, r.before, strict=True)
+                       if statuses[e.key].reassigning or statuses[e.key].replicas != b]
+                if off:
+                    raise SafetyRefusal(f"cannot revert {unit.label}: {len(off)} of its partitions are no longer "
+                                        f"where it left them: {preflight.listing(off)}")
+                self._before_submit_znode(r)
+                self._read(lambda: preflight.check_targets(self.view, self.plan, None, [r]))
+            rate = self.rate(unit)
+            if rate and unit.kind == "data":
+                self.throttles.throttle(spec_for((e.topic, e.partition, b, e.replicas)
+                                            for e, b in zip(r.entries, r.before, strict=True)), rate)
+            self._submit(run, r, revert=True)
+            run = self.run
+            rev = run.doc["revert"]
+        if rev["state"] == rs.SUBMITTED:
+            self._wait_unit(r)
+            run = self.run
+            run.doc["revert"]["state"] = rs.COMPLETED
+            run.doc["revert"]["completed_at"] = rs.now()
+            run.event(f"{unit.label} reverted")
+            self._release_all()
+            self._save(run)
+
+    def _before_submit_znode(self, unit: Unit) -> None:
+        limit = time.monotonic() + max(30.0, 5 * self.opts.poll)
+        while self._arm(codec.REASSIGN) is not None:
+            z = self._read(self.view.reassignment)
+            ours = z.exists and z.entries is not None and all(
+                self._last_entries.get((e.topic, e.partition)) == e.replicas for e in z.entries)
+            if z.exists and (not ours or time.monotonic() > limit):
+                raise SafetyRefusal(preflight.describe_foreign(z) + f"; {unit.label} was not submitted")
+            self._sleep(self.opts.poll)
+
+    def cancel(self, mode: str, timeout: float) -> Result:
+        """`kplan cancel`: record the request; the running apply honours it after its unit in flight. When no
+        apply holds the lock (it was killed, or has finished its unit and stopped), do the rest here."""
+        if mode not in (AFTER_BATCH, REVERT):
+            raise ValueError(mode)
+        try:
+            run = self._read(lambda: rs.load(self.client, self.plan.hexid))
+            self.run = run
+            if run is None:
+                return Result(self.plan.id, "none", f"no run of plan {self.plan.id} is recorded on this cluster: "
+                              "nothing to cancel", partitions_total=self.plan.partitions_total)
+            if run.state in rs.TERMINAL:
+                if self.lock.try_acquire():
+                    self._release_all()
+                return self._result(run, run.state, f"the run of plan {self.plan.id} is already {run.state}; "
+                                    "nothing to cancel")
+            req = {"mode": mode, "requested_at": rs.now(), "by": rs.identity("cancel", self.plan.id)}
+            path = rs.cancel_path(self.plan.hexid)
+            data = codec.dumps(req)
+            existing = self._read(lambda: self.client.exists(path))
+            self.gate.commit([Op("set", path, data) if existing else Op("create", path, data)], fenced=False)
+            log.info("cancel (%s) of plan %s requested", mode, self.plan.id)
+            try:
+                self.lock.acquire(timeout)
+            except SafetyRefusal:
+                who = holder(self.client) or "another kplan"
+                unit = self._in_flight_unit_now()
+                raise NotConverged(
+                    f"cancel ({mode}) of plan {self.plan.id} is recorded, but {who} still holds the lock after "
+                    f"{timeout:.0f} s" + (f": {unit.label} is in flight and must finish first (ZooKeeper cannot stop "
+                                          "a running reassignment)" if unit else "")
+                    + ". The apply stops at its next step; run `kplan cancel` again to wait longer") from None
+            run = self._reload()
+            if run.state in rs.TERMINAL:
+                return self._result(run, run.state, f"the apply honoured the cancel: the run is {run.state}")
+            self.deadline = time.monotonic() + timeout
+            self._read(lambda: preflight.check_cluster(self.client))
+            return self._finish_cancel(run, req, self._in_flight_unit())
+        finally:
+            self.lock.release()
+            self.close()
+
+    # --------------------------------------------------------------------------------------- result
+    def _result(self, run: rs.Run, state: str, message: str) -> Result:
+        p = self.progress(run.state if run else state, force=True)
+        return Result(self.plan.id, state, message, self.resumed, len(self.plan.units), p.units_done,
+                      self.units_submitted, p.done, self.plan.partitions_total, p.bytes_done, self.plan.bytes_total,
+                      round(time.monotonic() - self.started, 3),
+                      [f"[txn {t}] {op.describe()}" for t, op in zip(self.gate.txn_of, self.gate.writes, strict=True)],
+                      list(self.warnings))
+
+
+def stalled_text(reasons: dict[Key, list[str]], show: int = 20) -> str:
+    if not reasons:
+        return "every partition looks converged"
+    items = sorted(reasons.items())
+    text = "; ".join(f"{k[0]}-{k[1]}: {', '.join(v)}" for k, v in items[:show])
+    more = f" (and {len(items) - show} more)" if len(items) > show else ""
+    return f"{len(items)} partitions not done: {text}{more}"
+
+
+def _when(t: Any) -> str:
+    if not isinstance(t, int | float):
+        return ""
+    return "at " + time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(t))
+
+
+def dry_run_lines(result: Result) -> list[str]:
+    lock = f"create {rs.LOCK_PATH}/<uuid>__lock__<seq> (ephemeral: the apply lock, held for the whole apply)"
+    return [lock] + result.writes + [f"delete {rs.LOCK_PATH}/<uuid>__lock__<seq> (lock released)"]
+

@@ -1,0 +1,96 @@
+"""Progress of apply / verify / cancel: one small record, given to the caller's callback, persisted in the run
+record (ZooKeeper, for another process such as the Airflow UI) and, when asked, in a JSON file written
+atomically (temporary name, then rename) so a reader never sees half a file."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Progress:
+    step: str                 # "apply" | "verify" | "cancel"
+    message: str
+    done: int                 # partitions at their target
+    total: int
+    state: str = ""
+    unit: str | None = None   # e.g. "batch 3" (the one in flight)
+    units_done: int = 0
+    units_total: int = 0
+    bytes_done: int = 0
+    bytes_total: int = 0
+    rate: float | None = None  # bytes/s over this process's run
+    eta: float | None = None   # seconds
+    elapsed: float = 0.0
+    at: float = 0.0            # epoch seconds
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} PB"
+
+
+def human_seconds(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = int(round(s))
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}:{m:02d}:{sec:02d}"
+
+
+def line(p: Progress) -> str:
+    """The terminal's progress line: partitions done/total, bytes, rate, ETA."""
+    parts = [f"{p.step}: {p.state}" + (f", {p.unit} in flight" if p.unit else ""),
+             f"batches {p.units_done}/{p.units_total}",
+             f"partitions {p.done:,}/{p.total:,}"]
+    if p.bytes_total:
+        parts.append(f"{human_bytes(p.bytes_done)}/{human_bytes(p.bytes_total)}")
+    parts.append(f"{human_bytes(p.rate)}/s" if p.rate else "rate -")
+    parts.append(f"ETA {human_seconds(p.eta)}" if p.eta is not None else "ETA -")
+    return " · ".join(parts)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+class Reporter:
+    """Throttles progress output to about once per `every` seconds (always on state changes)."""
+
+    def __init__(self, step: str, callback: Any = None, file: Path | None = None, every: float = 1.0):
+        self.step = step
+        self.callback = callback
+        self.file = file
+        self.every = every
+        self._last = 0.0
+        self._last_key: tuple[Any, ...] | None = None
+        self.latest: Progress | None = None
+
+    def emit(self, p: Progress, force: bool = False) -> bool:
+        key = (p.state, p.unit, p.done, p.units_done)
+        t = time.monotonic()
+        if not force and key == self._last_key and t - self._last < self.every:
+            return False
+        self._last, self._last_key, self.latest = t, key, p
+        if self.file is not None:
+            write_json_atomic(self.file, p.as_dict())
+        if self.callback is not None:
+            self.callback(p)
+        return True

@@ -1,0 +1,334 @@
+"""Verify: did the cluster converge to the plan? Then finish the job: preferred election, throttles off, report.
+
+1. Wait (up to `timeout`) until every partition of the plan has converged (diagnosis.converged). The loop
+   re-reads only partitions not yet converged, in bulk, and is woken by a watch on
+   `/admin/reassign_partitions` (the controller updates it as partitions complete and deletes it after the last
+   ISR join), so convergence is noticed within one poll interval of the last ISR join, usually within
+   milliseconds. Once all look converged, one more read of all of them confirms it.
+2. A preferred election for partitions whose leader is not `target[0]` (where that replica is registered and
+   in the ISR), and a wait for it.
+3. The run's throttles removed (a broker's rates only once none of its moves is in flight).
+4. `report.json` (converged, partitions converged/total, leaders on preferred, offline, under-replicated,
+   throttles remaining, seconds to converge, stalled partitions with reasons).
+Writes (2, 3) need the apply lock; when another process holds it they are skipped and the report says so.
+On timeout the report is still written and NotConverged names each stalled partition and why.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError
+
+from planner import codec
+from planner.errors import NotConverged
+from planner.execution import preflight
+from planner.execution import runstate as rs
+from planner.execution.clusterview import ClusterView, Key, PartStatus, retrying
+from planner.execution.diagnosis import Context, converged, diagnose, reassign_keys
+from planner.execution.lock import ApplyLock, holder
+from planner.execution.planview import RunPlan
+from planner.execution.progress import Progress, Reporter, write_json_atomic
+from planner.execution.throttles import Throttles
+from planner.zkgate import Op, WriteGate
+
+log = logging.getLogger(__name__)
+
+REPORT_FORMAT = "kplan-verify/1"
+
+
+@dataclass
+class VerifyOptions:
+    timeout: float = 300.0
+    poll: float = 1.0
+    elect: bool = True
+    remove_throttles: bool = True
+    cluster_wide: bool = True          # count offline / under-replicated partitions of the whole cluster
+    election_timeout: float = 60.0
+    report: Path | None = None         # where report.json goes
+    progress_file: Path | None = None
+
+
+@dataclass
+class VerifyResult:
+    plan_id: str
+    converged: bool
+    report: dict[str, Any]
+    path: Path | None
+    message: str
+    warnings: list[str] = field(default_factory=list)
+
+
+class Verifier:
+    def __init__(self, client: KazooClient, plan: RunPlan, options: VerifyOptions | None = None,
+                 progress: Callable[[Progress], None] | None = None):
+        self.client = client
+        self.plan = plan
+        self.opts = options or VerifyOptions()
+        self.gate = WriteGate(client)
+        self.view = ClusterView(client)
+        self.lock = ApplyLock(self.gate, "verify", plan.id)
+        self.throttles = Throttles(self.gate, self.view, plan.hexid)
+        self.reporter = Reporter("verify", progress, self.opts.progress_file, every=self.opts.poll)
+        self._wake = threading.Event()
+        self.warnings: list[str] = []
+        self.started = time.monotonic()
+
+    def _watch(self, event: Any) -> None:
+        self._wake.set()
+
+    def _read(self, fn: Callable[[], Any]) -> Any:
+        return retrying(fn)
+
+    def _emit(self, state: str, done: int, force: bool = False) -> None:
+        total = self.plan.partitions_total
+        self.reporter.emit(Progress("verify", f"{state}: {done}/{total} partitions converged", done, total, state,
+                                    elapsed=round(time.monotonic() - self.started, 3), at=rs.now()), force=force)
+
+    # ----------------------------------------------------------------------------------- convergence
+    def wait_converged(self) -> tuple[bool, dict[Key, PartStatus], float | None]:
+        """Returns (converged, statuses of all plan partitions, epoch seconds when convergence was seen)."""
+        keys = list(self.plan.moves)
+        target = {k: m.to for k, m in self.plan.moves.items()}
+        pending = list(keys)
+        statuses: dict[Key, PartStatus] = {}
+        deadline = self.started + self.opts.timeout
+        while True:
+            self._wake.clear()
+            self._read(lambda: self.client.exists(codec.REASSIGN, watch=self._watch))
+            z = self._read(self.view.reassignment)
+            zk = reassign_keys(z) if z.entries is not None else {}
+            blocked = z.exists and z.entries is None
+            fresh = self._read(lambda ks=pending: self.view.partitions(ks))
+            statuses.update(fresh)
+            pending = [k for k in pending if blocked or not converged(fresh[k], target[k], k in zk)]
+            self._emit("waiting", len(keys) - len(pending))
+            if not pending:
+                seen_at = time.time()
+                # Confirm on one consistent read of everything (a converged partition can fall back).
+                statuses = self._read(lambda: self.view.partitions(keys))
+                z = self._read(self.view.reassignment)
+                zk = reassign_keys(z) if z.entries is not None else {}
+                pending = [k for k in keys if not converged(statuses[k], target[k], k in zk)]
+                if not pending:
+                    self._emit("converged", len(keys), force=True)
+                    return True, statuses, seen_at
+            if time.monotonic() >= deadline:
+                return False, statuses, None
+            self._wake.wait(min(self.opts.poll, max(0.0, deadline - time.monotonic())))
+
+    # ------------------------------------------------------------------------------------------ run
+    def verify(self) -> VerifyResult:
+        try:
+            return self._verify()
+        finally:
+            self.lock.release()
+
+    def _verify(self) -> VerifyResult:
+        plan = self.plan
+        t0 = time.time()
+        ok, statuses, seen_at = self.wait_converged()
+        seconds = round((seen_at - t0), 3) if seen_at else None
+        run = self._read(lambda: rs.load(self.client, plan.hexid))
+        wrote = self.lock.try_acquire()
+        skipped = None
+        if not wrote:
+            skipped = f"writes skipped (election, throttle removal): the lock is held by {holder(self.client)}"
+            self.warnings.append(skipped)
+        election: dict[str, Any] = {"requested": 0, "moved": 0, "not_electable": []}
+        if ok and self.opts.elect and wrote:
+            election = self._elect(statuses)
+        moving: list[tuple[str, int, tuple[int, ...], tuple[int, ...]]] = []
+        if not ok:
+            moving = [(k[0], k[1], s.origin, s.target) for k, s in statuses.items()
+                      if s.reassigning and s.origin is not None and s.target is not None]
+        if self.opts.remove_throttles and wrote:
+            self._read(lambda: self.throttles.release(moving))
+        report = self._report(ok, seconds, election, run, skipped)
+        if wrote and run is not None:
+            try:
+                run = self._read(lambda: rs.load(self.client, plan.hexid))
+                if run is not None:
+                    run.doc["verify"] = {k: report[k] for k in ("converged", "partitions", "leaders_on_preferred",
+                                                              "offline_count", "under_replicated_count", "at")}
+                    rs.save(self.gate, run)
+            except Exception as e:  # noqa: BLE001 - the report is what matters; the record is a convenience
+                log.warning("could not record the verify result in the run record: %r", e)
+        path = self.opts.report
+        if path is not None:
+            write_json_atomic(path, report)
+        if not ok:
+            stalled = report["stalled"]
+            lines = "; ".join(f"{s['partition']}: {', '.join(s['reasons'])}" for s in stalled[:50])
+            more = f" (and {len(stalled) - 50} more in report.json)" if len(stalled) > 50 else ""
+            err = NotConverged(f"plan {plan.id} has not converged after {self.opts.timeout:.0f} s: "
+                               f"{len(stalled)} of {plan.partitions_total} partitions stalled: {lines}{more}")
+            err.report = report  # type: ignore[attr-defined]
+            err.path = path  # type: ignore[attr-defined]
+            raise err
+        return VerifyResult(plan.id, ok, report, path, self._summary(report), list(self.warnings))
+
+    def _elect(self, statuses: dict[Key, PartStatus]) -> dict[str, Any]:
+        target = {k: m.to for k, m in self.plan.moves.items()}
+        live = self._read(self.view.live_brokers)
+        want = [k for k, s in statuses.items() if s.leader != target[k][0]]
+        ok = [k for k in want if target[k][0] in live and target[k][0] in statuses[k].isr]
+        bad = [f"{preflight.name(k)} (preferred {target[k][0]})" for k in want if k not in ok]
+        out: dict[str, Any] = {"requested": len(ok), "moved": 0, "not_electable": bad}
+        if bad:
+            self.warnings.append(f"{len(bad)} partitions cannot take their preferred leader (not registered or not "
+                                 f"in the ISR): {preflight.listing(bad)}")
+        if not ok:
+            return out
+        deadline = time.monotonic() + self.opts.election_timeout
+        while True:  # someone else's election first
+            self._wake.clear()
+            if self._read(lambda: self.client.exists(codec.PREFERRED_ELECTION, watch=self._watch)) is None:
+                break
+            if time.monotonic() > deadline:
+                self.warnings.append("a preferred replica election by someone else is pending; none requested")
+                return out
+            self._wake.wait(self.opts.poll)
+        try:
+            self.gate.commit([Op("create", codec.PREFERRED_ELECTION, codec.encode_preferred_election(ok))])
+        except NodeExistsError:
+            self.warnings.append("a preferred replica election appeared meanwhile; none requested")
+            return out
+        log.info("preferred election requested for %d partitions", len(ok))
+        while True:
+            self._wake.clear()
+            gone = self._read(lambda: self.client.exists(codec.PREFERRED_ELECTION, watch=self._watch)) is None
+            now_s = self._read(lambda: self.view.partitions(ok))
+            moved = sum(1 for k in ok if now_s[k].leader == target[k][0])
+            out["moved"] = moved
+            if moved == len(ok):
+                break
+            if gone:  # the controller is done; what did not move could not (preferred replica left the ISR?)
+                self.warnings.append(f"the preferred election moved {moved} of {len(ok)} leaders")
+                break
+            if time.monotonic() > deadline:
+                self.warnings.append(f"the preferred election moved {moved} of {len(ok)} leaders within "
+                                     f"{self.opts.election_timeout:.0f} s")
+                break
+            self._wake.wait(self.opts.poll)
+        return out
+
+    # --------------------------------------------------------------------------------------- report
+    def _report(self, ok: bool, seconds: float | None, election: dict[str, Any], run: rs.Run | None,
+                skipped: str | None) -> dict[str, Any]:
+        plan = self.plan
+        keys = list(plan.moves)
+        target = {k: m.to for k, m in plan.moves.items()}
+        statuses = self._read(lambda: self.view.partitions(keys))
+        live = self._read(self.view.live_brokers)
+        z = self._read(self.view.reassignment)
+        zk = reassign_keys(z) if z.entries is not None else {}
+        done = [k for k in keys if converged(statuses[k], target[k], k in zk)]
+        preferred = [k for k in keys if statuses[k].leader == target[k][0]]
+        offline = [k for k in keys if statuses[k].has_state and (statuses[k].leader == -1
+                                                                 or statuses[k].leader not in live)]
+        under = [k for k in keys if statuses[k].replicas is not None and len(set(statuses[k].isr))
+                 < len(statuses[k].target or ())]
+        record, _ = self._read(self.throttles.record)
+        brokers = {b for m in plan.moves.values() for b in (*m.frm, *m.to)}
+        for b in (record or {}).get("brokers", {}):
+            brokers.add(int(b))
+        remaining = self._read(lambda: self.throttles.remaining({k[0] for k in keys}, brokers))
+        ours = bool(record and (record.get("topics") or record.get("brokers")))
+        stalled: list[dict[str, Any]] = []
+        if not ok:
+            ctx = self._context(run, z, live, record)
+            reasons = diagnose(plan, statuses, ctx)
+            stalled = [{"partition": preflight.name(k), "reasons": v} for k, v in sorted(reasons.items())]
+        mtimes = [statuses[k].state_mtime_ms for k in keys if statuses[k].state_mtime_ms]
+        report: dict[str, Any] = {
+            "format": REPORT_FORMAT,
+            "plan_id": plan.id,
+            "at": rs.now(),
+            "converged": ok,
+            "partitions": {"converged": len(done), "total": len(keys)},
+            "leaders_on_preferred": {"count": len(preferred), "total": len(keys)},
+            "offline_count": len(offline),
+            "offline": [preflight.name(k) for k in offline],
+            "under_replicated_count": len(under),
+            "under_replicated": [preflight.name(k) for k in under],
+            "throttles_remaining": remaining,
+            "run_throttles_remaining": ours,
+            "seconds_to_converge": seconds,
+            "last_state_change_ms": max(mtimes) if mtimes else None,
+            "election": election,
+            "stalled": stalled,
+            "run": None if run is None else {"state": run.state, "units": len(run.doc["units"])},
+            "warnings": list(self.warnings),
+            "writes_skipped": skipped,
+        }
+        if self.opts.cluster_wide:
+            all_keys = self._read(self.view.all_partition_keys)
+            every = self._read(lambda: self.view.partitions(all_keys))
+            report["cluster"] = {
+                "partitions": len(all_keys),
+                "offline": sum(1 for s in every.values() if s.has_state and (s.leader == -1 or s.leader not in live)),
+                "under_replicated": sum(1 for s in every.values()
+                                        if s.replicas is not None and len(set(s.isr)) < len(s.target or ())),
+            }
+        return report
+
+    def _context(self, run: rs.Run | None, z: Any, live: set[int], record: Any) -> Context:
+        pending: dict[Key, str] = {}
+        submitted: dict[Key, float] = {}
+        for u in self.plan.units:
+            st = run.doc["units"][u.index] if run is not None else [rs.PENDING, None, None]
+            for k in u.keys():
+                if st[0] == rs.PENDING:
+                    pending.setdefault(k, u.label)
+                elif st[0] in (rs.SUBMITTED, rs.ELECTING) and st[1]:
+                    submitted[k] = st[1]
+        return Context(live, z, pending, submitted, record, time.time(), 0.0)
+
+    @staticmethod
+    def _summary(r: dict[str, Any]) -> str:
+        p = r["partitions"]
+        return (f"converged: {p['converged']}/{p['total']} partitions, leaders on preferred "
+                f"{r['leaders_on_preferred']['count']}/{r['leaders_on_preferred']['total']}, offline "
+                f"{r['offline_count']}, under-replicated {r['under_replicated_count']}, throttles remaining "
+                f"{len(r['throttles_remaining'])}")
+
+
+def table(report: dict[str, Any]) -> str:
+    """The report as the CLI prints it."""
+    p = report["partitions"]
+    lp = report["leaders_on_preferred"]
+    rows = [("converged", "yes" if report["converged"] else "NO"),
+            ("partitions converged", f"{p['converged']:,} / {p['total']:,}"),
+            ("leaders on preferred", f"{lp['count']:,} / {lp['total']:,}"),
+            ("offline (plan)", f"{report['offline_count']:,}"),
+            ("under-replicated (plan)", f"{report['under_replicated_count']:,}")]
+    if "cluster" in report:
+        c = report["cluster"]
+        rows.append(("offline (cluster)", f"{c['offline']:,} of {c['partitions']:,}"))
+        rows.append(("under-replicated (cluster)", f"{c['under_replicated']:,}"))
+    rows.append(("throttles remaining", str(len(report["throttles_remaining"]))))
+    secs = report["seconds_to_converge"]
+    rows.append(("seconds to converge", "-" if secs is None else f"{secs:.2f}"))
+    e = report["election"]
+    rows.append(("preferred election", f"{e['moved']} of {e['requested']} moved"
+                 + (f", {len(e['not_electable'])} not electable" if e["not_electable"] else "")))
+    width = max(len(r[0]) for r in rows)
+    out = [f"  {k.ljust(width)}  {v}" for k, v in rows]
+    for t in report["throttles_remaining"][:10]:
+        out.append(f"    throttle left: {t['entity']} {t['key']}={t['value']}")
+    for s in report["stalled"][:50]:
+        out.append(f"    stalled {s['partition']}: {', '.join(s['reasons'])}")
+    if len(report["stalled"]) > 50:
+        out.append(f"    ... {len(report['stalled']) - 50} more stalled partitions in report.json")
+    if report.get("writes_skipped"):
+        out.append(f"  note: {report['writes_skipped']}")
+    return "\n".join(out)
+
