@@ -12,16 +12,21 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from planner import cli
+from planner import zk as zkmod
+from planner.sandbox import Sandbox
+
 THROTTLE_KEYS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
                  "leader.replication.throttled.rate", "follower.replication.throttled.rate")
 
+MB = 1_000_000
 FAST = dict(catch_up_delay=0.2, shutdown_retries=2, shutdown_retry_interval=0.2, auto_rebalance=False, tick=0.05)
 
 
@@ -247,3 +252,64 @@ class Checker:
 
 def rf_of(desc: dict[str, Any]) -> dict[tuple[str, int], int]:
     return {(t["name"], i): len(p["replicas"]) for t in desc["topics"] for i, p in enumerate(t["partitions"])}
+
+
+# ------------------------------------------------------------------------------------------- fixtures
+class Env:
+    def __init__(self, sb: Sandbox, desc: dict[str, Any], tmp: Path):
+        self.sb = sb
+        self.desc = desc
+        self.tmp = tmp
+        self.zk = zkmod.connect(sb.connect_string)
+        self.check = Checker(self.zk)
+
+    @property
+    def connect(self) -> str:
+        return self.sb.connect_string
+
+    def kplan(self, *argv: str) -> int:
+        return cli.main(list(argv))
+
+
+def make_cluster(tmp_path: Path, zk_connect: str) -> Iterator[Callable[..., Env]]:
+    """Body of each test module's `cluster` fixture: sandboxes on the session's ZooKeeper, one chroot each."""
+    made: list[Env] = []
+
+    def _make(desc: dict[str, Any], **settings: Any) -> Env:
+        sb = Sandbox.up(tmp_path / f"sb{len(made)}", cluster=desc, zk=zk_connect + (f"_{len(made)}" if made else ""),
+                        timeout=60, **{**FAST, **settings})
+        env = Env(sb, desc, tmp_path)
+        made.append(env)
+        return env
+
+    yield _make
+    for env in made:
+        env.zk.stop()
+        env.zk.close()
+        env.sb.down()
+
+
+
+
+# A drain of broker 1 on four brokers, written by hand:
+#   a-0 [1,2] leader 1 -> leadership batch [2,1] -> data [2,3]
+#   a-1 [2,1]          ->                          data [4,2] (leader 2 stays: verify elects 4)
+#   b-0 [1,3] leader 1 -> leadership batch [3,1] -> data [3,4]
+#   a-2 [3,4], b-1 [4,2] untouched
+def drain_desc(size: int = 1000) -> dict[str, Any]:
+    return {"brokers": brokers(4), "topics": [
+        topic("a", part([1, 2], size), part([2, 1], size), part([3, 4], size), min_insync_replicas="1"),
+        topic("b", part([1, 3], size), part([4, 2], size)),
+    ]}
+
+
+def drain_plan(folder: Path, size: int = 1000) -> dict[str, Any]:
+    return write_plan(folder, moves=[
+        ("a", 0, [1, 2], [2, 3], size), ("a", 1, [2, 1], [4, 2], size), ("b", 0, [1, 3], [3, 4], size)],
+        batches=[("leadership", [("a", 0, [2, 1]), ("b", 0, [3, 1])]),
+                 ("data", [("a", 0, [2, 3])]),
+                 ("data", [("a", 1, [4, 2]), ("b", 0, [3, 4])])],
+        kind="drain", drained=[1])
+
+
+FINAL = {("a", 0): [2, 3], ("a", 1): [4, 2], ("b", 0): [3, 4], ("a", 2): [3, 4], ("b", 1): [4, 2]}

@@ -9,77 +9,16 @@ released.
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
 
 import pytest
-from apply_support import FAST, Background, Checker, brokers, part, poll, rf_of, topic, write_plan
-
-from planner import cli
-from planner import zk as zkmod
-from planner.sandbox import Sandbox
+from apply_support import FINAL, MB, Background, drain_desc, drain_plan, make_cluster, poll, rf_of
 
 pytestmark = pytest.mark.sandbox
-
-MB = 1_000_000
-
-
-class Env:
-    def __init__(self, sb: Sandbox, desc: dict[str, Any], tmp: Path):
-        self.sb = sb
-        self.desc = desc
-        self.tmp = tmp
-        self.zk = zkmod.connect(sb.connect_string)
-        self.check = Checker(self.zk)
-
-    @property
-    def connect(self) -> str:
-        return self.sb.connect_string
-
-    def kplan(self, *argv: str) -> int:
-        return cli.main(list(argv))
 
 
 @pytest.fixture
 def cluster(tmp_path, zk_connect):
-    made: list[Env] = []
-
-    def _make(desc: dict[str, Any], **settings: Any) -> Env:
-        sb = Sandbox.up(tmp_path / f"sb{len(made)}", cluster=desc, zk=zk_connect + (f"_{len(made)}" if made else ""),
-                        timeout=60, **{**FAST, **settings})
-        env = Env(sb, desc, tmp_path)
-        made.append(env)
-        return env
-
-    yield _make
-    for env in made:
-        env.zk.stop()
-        env.zk.close()
-        env.sb.down()
-
-
-# A drain of broker 1 on four brokers, written by hand:
-#   a-0 [1,2] leader 1 -> leadership batch [2,1] -> data [2,3]
-#   a-1 [2,1]          ->                          data [4,2] (leader 2 stays: verify elects 4)
-#   b-0 [1,3] leader 1 -> leadership batch [3,1] -> data [3,4]
-#   a-2 [3,4], b-1 [4,2] untouched
-def drain_desc(size: int = 1000) -> dict[str, Any]:
-    return {"brokers": brokers(4), "topics": [
-        topic("a", part([1, 2], size), part([2, 1], size), part([3, 4], size), min_insync_replicas="1"),
-        topic("b", part([1, 3], size), part([4, 2], size)),
-    ]}
-
-
-def drain_plan(folder: Path, size: int = 1000) -> dict[str, Any]:
-    return write_plan(folder, moves=[
-        ("a", 0, [1, 2], [2, 3], size), ("a", 1, [2, 1], [4, 2], size), ("b", 0, [1, 3], [3, 4], size)],
-        batches=[("leadership", [("a", 0, [2, 1]), ("b", 0, [3, 1])]),
-                 ("data", [("a", 0, [2, 3])]),
-                 ("data", [("a", 1, [4, 2]), ("b", 0, [3, 4])])],
-        kind="drain", drained=[1])
-
-
-FINAL = {("a", 0): [2, 3], ("a", 1): [4, 2], ("b", 0): [3, 4], ("a", 2): [3, 4], ("b", 1): [4, 2]}
+    yield from make_cluster(tmp_path, zk_connect)
 
 
 def test_drain_applies_batches_in_order_with_kafka_style_throttles_then_verifies(cluster, tmp_path):
@@ -165,3 +104,137 @@ def test_drain_applies_batches_in_order_with_kafka_style_throttles_then_verifies
     tree = env.check.tree("/brokers")
     assert env.kplan("apply", "--zk", env.connect, "--plan", str(tmp_path / "run" / "plan")) == 0
     assert env.check.tree("/brokers") == tree
+
+
+# ------------------------------------------------------------------------------------------- refusals
+def _no_writes(env, before: dict, argv: list[str], rc: int, capsys, *expect: str) -> str:
+    """Run kplan; it must exit `rc`, say each of `expect`, and leave every persistent znode as it was."""
+    assert env.kplan(*argv) == rc
+    out = capsys.readouterr()
+    text = out.out + out.err
+    for e in expect:
+        assert e in text, f"{e!r} not in:\n{text}"
+    assert env.check.tree() == before
+    assert not env.check.exists("/kplan")
+    return text
+
+
+def test_bad_input_is_refused_before_connecting_and_writes_nothing(cluster, tmp_path, capsys):
+    env = cluster(drain_desc())
+    plan_dir = tmp_path / "run" / "plan"
+    drain_plan(plan_dir)
+    before = env.check.tree()
+    doc = json.loads((plan_dir / "plan.json").read_text())
+    doc["moves"][0]["to"] = [2, 4]  # edited after review
+    (plan_dir / "plan.json").write_text(json.dumps(doc))
+    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir)], 2, capsys, "does not match its id")
+    drain_plan(plan_dir)
+    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(tmp_path / "nope")], 2, capsys, "nope")
+    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir), "--max-concurrent-per-broker",
+                             "9"], 2, capsys, "lower that")
+    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir), "--poll", "0"], 2, capsys,
+               "poll must be positive")
+    _no_writes(env, before, ["verify", "--zk", "not a host", "--plan", str(plan_dir)], 2, capsys, "connect string")
+    with pytest.raises(SystemExit) as exc:
+        env.kplan("apply", "--zk", env.connect, "--plan", str(plan_dir), "--throttle", "fast")
+    assert exc.value.code == 2
+    assert env.check.tree() == before
+
+
+def test_dry_run_prints_every_write_and_makes_none(cluster, tmp_path, capsys):
+    env = cluster(drain_desc())
+    plan_dir = tmp_path / "run" / "plan"
+    drain_plan(plan_dir)
+    before = env.check.tree()
+    text = _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir), "--dry-run",
+                                    "--throttle", "5MB"], 0, capsys)
+    lines = capsys.readouterr().out.splitlines() or text.splitlines()
+    creates = [x for x in lines if "create /admin/reassign_partitions " in x]
+    assert len(creates) == 3  # one per batch, each Kafka's exact schema
+    assert json.loads(creates[1].split(" ", 4)[4]) == {
+        "version": 1, "partitions": [{"topic": "a", "partition": 0, "replicas": [2, 3]}]}
+    assert any("create /admin/preferred_replica_election " in x for x in lines)
+    assert sum("create_sequential /config/changes/config_change_" in x for x in lines) == 20
+    assert any('"leader.replication.throttled.replicas":"0:1,0:2"' in x for x in lines)
+    assert not (tmp_path / "run" / "apply").exists()
+
+
+def test_stale_plan_is_refused_naming_the_partitions(cluster, tmp_path, capsys):
+    env = cluster(drain_desc())
+    plan_dir = tmp_path / "run" / "plan"
+    from apply_support import write_plan
+    write_plan(plan_dir, [("a", 0, [1, 3], [2, 3], 1000), ("a", 2, [3, 4], [4, 3], 0), ("b", 1, [4, 2], [4, 1], 1000)],
+               [("leadership", [("a", 2, [4, 3])]), ("data", [("a", 0, [2, 3]), ("b", 1, [4, 1])])])
+    before = env.check.tree()
+    text = _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys,
+                      "a-0 (plan expects [1, 3], cluster has [1, 2])", "no longer match")
+    assert "a-2" not in text and "b-1" not in text
+
+
+def test_foreign_or_malformed_reassignment_is_refused_and_left_untouched(cluster, tmp_path, capsys):
+    env = cluster(drain_desc())
+    plan_dir = tmp_path / "run" / "plan"
+    drain_plan(plan_dir)
+    # log_dirs makes Kafka's controller ignore the znode forever: it stays, blocking everything.
+    malformed = b'{"version":1,"partitions":[{"topic":"b","partition":1,"replicas":[4,2],"log_dirs":["any"]}]}'
+    env.zk.create("/admin/reassign_partitions", malformed)
+    before = env.check.tree()
+    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys,
+               "malformed", "untouched")
+    assert env.zk.get("/admin/reassign_partitions")[0] == malformed
+    env.zk.delete("/admin/reassign_partitions")  # the operator removes it
+    # A well-formed foreign reassignment stuck on an unregistered broker.
+    env.zk.create("/admin/reassign_partitions", b'{"version":1,"partitions":[{"topic":"a","partition":2,'
+                                                b'"replicas":[3,9]}]}')
+    poll(lambda: env.check.topic("a").get("adding_replicas"), what="the controller to start the foreign move")
+    before = env.check.tree()
+    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys,
+               "not this run's", "a-2->[3, 9]")
+
+
+def test_partitions_being_reassigned_without_the_znode_are_refused(cluster, tmp_path, capsys):
+    env = cluster(drain_desc())
+    plan_dir = tmp_path / "run" / "plan"
+    drain_plan(plan_dir)
+    env.zk.create("/admin/reassign_partitions", b'{"version":1,"partitions":[{"topic":"b","partition":0,'
+                                                b'"replicas":[1,9]}]}')
+    poll(lambda: env.check.topic("b").get("adding_replicas"), what="the controller to start the move")
+    env.zk.delete("/admin/reassign_partitions")  # gone, but b-0 is still adding broker 9
+    before = env.check.tree()
+    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys,
+               "being reassigned by someone else", "b-0 (adding [9], removing [3])")
+
+
+def test_unregistered_target_broker_and_kraft_migration_are_refused(cluster, tmp_path, capsys):
+    env = cluster(drain_desc())
+    plan_dir = tmp_path / "run" / "plan"
+    drain_plan(plan_dir)
+    env.sb.kill([3])
+    env.sb.wait_settled(30)
+    before = env.check.tree()
+    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys,
+               "not registered", "broker 3 (2 partitions: a-0, b-0)")
+    env.sb.start([3])
+    env.sb.wait_settled(30)
+    env.zk.create("/migration", b'{"version":0}')
+    before = env.check.tree()
+    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys, "KRaft")
+
+
+def test_a_second_apply_is_refused_naming_the_holder(cluster, tmp_path, capsys):
+    env = cluster(drain_desc(size=20 * MB))
+    plan_dir = tmp_path / "run" / "plan"
+    doc = drain_plan(plan_dir, size=20 * MB)
+    other = tmp_path / "other" / "plan"
+    from apply_support import write_plan
+    write_plan(other, [("a", 2, [3, 4], [4, 3], 0)], [("leadership", [("a", 2, [4, 3])])])
+    first = Background(lambda: env.kplan("apply", "--zk", env.connect, "--plan", str(plan_dir), "--throttle", "10MB",
+                                         "--poll", "0.2"))
+    poll(lambda: env.check.unit_states(doc)[1:2] == ["submitted"], what="the first apply's data batch in flight")
+    capsys.readouterr()
+    assert env.kplan("apply", "--zk", env.connect, "--plan", str(other)) == 1
+    err = capsys.readouterr().err
+    assert "another kplan holds the lock /kplan/lock: kplan apply of plan " + doc["id"] in err
+    assert f"pid {__import__('os').getpid()}" in err
+    assert first.result() == 0
+    env.check.assert_nothing_lost(rf_of(env.desc), FINAL)

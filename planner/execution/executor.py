@@ -226,6 +226,15 @@ class Executor:
     def apply(self) -> Result:
         """Apply the plan (or resume it); see the module docstring."""
         try:
+            if not self.gate.dry_run:
+                # Everything that can refuse is checked before the first write (the lock's znodes): a refused
+                # apply leaves ZooKeeper exactly as it was. The checks run again once the lock is held.
+                who = holder(self.client)
+                if who and not self.opts.lock_wait:
+                    raise SafetyRefusal(f"another kplan holds the lock {rs.LOCK_PATH}: {who}. Only one apply/cancel "
+                                        "may write at a time; nothing was written")
+                if not who:
+                    self._checked_run()
             self.lock.acquire(self.opts.lock_wait)
             if self.gate.dry_run:
                 who = holder(self.client)
@@ -247,14 +256,13 @@ class Executor:
             self.lock.release()
             self.close()
 
-    def _apply(self) -> Result:
+    def _checked_run(self) -> rs.Run | None:
+        """The run record (None for a first apply) after every refusal check; writes nothing."""
         plan = self.plan
         run = self._read(lambda: rs.load(self.client, plan.hexid, self.gate))
         self.run = run
         if run is not None and run.state == rs.DONE:
-            self._release_all()
-            return self._result(run, "already-completed", f"plan {plan.id} was already applied to this cluster "
-                                f"(completed {_when(run.doc.get('updated_at'))}); nothing to do")
+            return run
         if run is not None and run.state in (rs.CANCELLED, rs.REVERTED):
             raise SafetyRefusal(f"the run of plan {plan.id} on this cluster was {run.state} "
                                 f"{_when(run.doc.get('updated_at'))}; a cancelled plan is not applied again: take a "
@@ -264,6 +272,15 @@ class Executor:
             raise SafetyRefusal(f"a run of plan {plan.id} with other batches is recorded (max concurrent moves per "
                                 f"broker {was}); resume it with the same setting")
         self._read(lambda: preflight.check(self.client, self.view, plan, run))
+        return run
+
+    def _apply(self) -> Result:
+        plan = self.plan
+        run = self._checked_run()
+        if run is not None and run.state == rs.DONE:
+            self._release_all()
+            return self._result(run, "already-completed", f"plan {plan.id} was already applied to this cluster "
+                                f"(completed {_when(run.doc.get('updated_at'))}); nothing to do")
         self.resumed = self.resumed or run is not None
         if run is None:
             run = rs.Run(rs.run_path(plan.hexid), rs.new_run(
@@ -333,6 +350,10 @@ class Executor:
                 self.throttles.throttle(self._spec(unit), rate)
             self._submit(run, unit)
             run = self.run
+        elif run.unit_state(i) == rs.SUBMITTED and self.opts.throttle and unit.kind == "data":
+            # Resuming a unit in flight with --throttle: change its rate, as Kafka's tool does when an
+            # execution is run again with a new --throttle.
+            self.throttles.throttle(self._spec(unit), self.opts.throttle)
         if run.unit_state(i) == rs.SUBMITTED:
             seen = self._wait_unit(unit)
             run = self.run

@@ -161,15 +161,16 @@ def check(client: KazooClient, view: ClusterView, plan: RunPlan, run: Run | None
 
 def check_targets(view: ClusterView, plan: RunPlan, run: Run | None, units: list[Unit] | None = None) -> None:
     live = view.live_brokers()
-    missing: dict[int, int] = defaultdict(int)
+    missing: dict[int, set[Key]] = defaultdict(set)
     for u in units if units is not None else plan.units:
-        if run is not None and run.unit_state(u.index) == COMPLETED:
+        if run is not None and u.kind != "revert" and run.unit_state(u.index) == COMPLETED:
             continue
         for e in u.entries:
             for b in e.replicas:
                 if b not in live:
-                    missing[b] += 1
+                    missing[b].add(e.key)
     if missing:
-        named = ", ".join(f"broker {b} ({n} partitions)" for b, n in sorted(missing.items()))
+        named = ", ".join(f"broker {b} ({len(ks)} partition{'s' if len(ks) > 1 else ''}: "
+                          f"{listing([name(k) for k in sorted(ks)], 5)})" for b, ks in sorted(missing.items()))
         raise SafetyRefusal(f"brokers the plan moves replicas to are not registered in /brokers/ids: {named}; start "
                             "them (or make a new plan) and apply again; nothing was written")
