@@ -4,7 +4,9 @@
     risk(RiskRequest)              -> RiskOutcome        snapshot (+ plan) -> risk folder (Spark)
     plan_drain(DrainRequest)       -> PlanOutcome        snapshot -> plan folder (OR-Tools)
     plan_rebalance(RebalanceRequest) -> PlanOutcome
-    apply / verify / cancel        (declared here; implemented by the apply issue)
+    apply(ApplyRequest)            -> ApplyOutcome       plan folder -> the cluster, batch by batch (ZooKeeper)
+    verify(VerifyRequest)          -> VerifyOutcome      converged? elect, remove throttles, report.json
+    cancel(CancelRequest)          -> CancelOutcome      stop (or revert) a running apply
     read_snapshot(path), read_plan(path), RunFolder
 
 The `kplan` CLI, the Airflow tasks and the review UI all call these, so the same request gives the same
@@ -60,6 +62,7 @@ class Progress:
     message: str
     done: int | None = None
     total: int | None = None
+    detail: Mapping[str, Any] = field(default_factory=_empty)   # step-specific figures (apply: bytes, rate, ETA)
 
 
 ProgressFn = Callable[[Progress], None]
@@ -259,35 +262,51 @@ def plan_rebalance(req: RebalanceRequest, *, progress: ProgressFn | None = None)
 
 
 # ------------------------------------------------------------------------------- apply / verify / cancel
-# Declared so callers can be written against them; the apply issue implements the steps.
 @dataclass(frozen=True)
 class ApplyRequest:
     zk: str
     plan: Path                                # a plan folder (read_plan checks it)
-    out: Path | None = None                   # apply/ folder for progress and the report
+    out: Path | None = None                   # apply/ folder: progress.json, outcome.json (default <run>/apply)
     auth: tuple[str, str] | None = field(default=None, repr=False)
     timeout: float = 10.0                     # ZooKeeper connection timeout
-    throttle: int | None = None               # replication throttle, bytes/s (None: no throttle)
-    dry_run: bool = False
+    throttle: int | None = None               # bytes/s for data batches (None: the plan's suggestion, if any)
+    dry_run: bool = False                     # list every write, make none
+    max_concurrent_per_broker: int | None = None   # split the plan's batches further (never raise the limit)
+    poll: float = 1.0                         # seconds between checks when no watch fires
+    wait: float | None = None                 # give up after this many seconds (None: as long as it takes)
+    lock_wait: float = 0.0                    # wait this long for another apply's lock
 
 
 @dataclass(frozen=True)
 class ApplyOutcome:
     path: Path | None
     plan_id: str
-    state: str                                # e.g. "done", "submitted", "refused"
+    state: str                                # completed | already-completed | cancelled | reverted | dry-run
     batches_done: int = 0
     batches_total: int = 0
     warnings: tuple[str, ...] = ()
+    message: str = ""
+    resumed: bool = False                     # a recorded run was continued
+    batches_submitted: int = 0                # by this call
+    partitions_done: int = 0
+    partitions_total: int = 0
+    bytes_done: int = 0
+    bytes_total: int = 0
+    seconds: float = 0.0
+    writes: tuple[str, ...] = ()              # dry run: every write, in order
 
 
 @dataclass(frozen=True)
 class VerifyRequest:
     zk: str
     plan: Path
-    timeout: float = 600.0                    # seconds to wait for convergence
-    out: Path | None = None
+    timeout: float = 600.0                    # seconds to wait for convergence (0: check once)
+    out: Path | None = None                   # folder for report.json (default: the run folder, <run>/report.json)
     auth: tuple[str, str] | None = field(default=None, repr=False)
+    poll: float = 1.0
+    elect: bool = True                        # preferred election where the leader is not the target's first
+    connect_timeout: float = 10.0
+    fail: bool = True                         # raise NotConverged on timeout (False: return converged=False)
 
 
 @dataclass(frozen=True)
@@ -297,6 +316,7 @@ class VerifyOutcome:
     converged: bool
     pending: tuple[tuple[str, int], ...] = ()  # partitions not yet at their target
     warnings: tuple[str, ...] = ()
+    report: Mapping[str, Any] = field(default_factory=_empty, repr=False)   # report.json as written
 
 
 @dataclass(frozen=True)
@@ -304,24 +324,78 @@ class CancelRequest:
     zk: str
     plan: Path
     auth: tuple[str, str] | None = field(default=None, repr=False)
-    timeout: float = 10.0
+    timeout: float = 10.0                     # ZooKeeper connection timeout
+    revert: bool = False                      # move the batch in flight back once it has finished
+    wait: float = 300.0                       # seconds to wait for the batch in flight / the running apply
+    poll: float = 1.0
+    out: Path | None = None                   # apply/ folder (default <run>/apply)
 
 
 @dataclass(frozen=True)
 class CancelOutcome:
     plan_id: str
-    state: str
+    state: str                                # cancelled | reverted | completed | none (nothing to cancel)
     rolled_back: tuple[tuple[str, int], ...] = ()
     warnings: tuple[str, ...] = ()
+    message: str = ""
+
+
+def _exec_progress(step: str, progress: ProgressFn | None) -> Callable[[Any], None] | None:
+    if progress is None:
+        return None
+
+    def relay(p: Any) -> None:
+        progress(Progress(step, p.message, p.done, p.total, p.as_dict()))
+
+    return relay
 
 
 def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutcome:
-    raise NotImplementedError("apply is implemented by the apply issue (12)")
+    """Apply the reviewed plan through ZooKeeper (docs/APPLY.md): lock, preflight, throttles, one batch at a
+    time; resumes a recorded run. Raises SafetyRefusal (refused, nothing written), NotConverged (`wait` ran
+    out; the run is recorded and resumable), ZkUnavailable (retryable), BadInput."""
+    from planner.execution import steps
+    from planner.execution.executor import Options
+
+    opts = Options(throttle=req.throttle, poll=req.poll, timeout=req.wait, lock_wait=req.lock_wait,
+                   dry_run=req.dry_run)
+    r = steps.apply(req.zk, req.plan, opts, max_concurrent=req.max_concurrent_per_broker, auth=req.auth,
+                    connect_timeout=req.timeout, out=req.out, progress=_exec_progress("apply", progress))
+    path = None if req.dry_run else steps.apply_folder(req.plan, req.out)
+    return ApplyOutcome(path, r.plan_id, r.state, r.units_done, r.units_total, tuple(r.warnings), r.message,
+                        r.resumed, r.units_submitted, r.partitions_done, r.partitions_total, r.bytes_done,
+                        r.bytes_total, r.seconds, tuple(r.writes))
 
 
 def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyOutcome:
-    raise NotImplementedError("verify is implemented by the apply issue (12)")
+    """Wait until the cluster has converged to the plan, elect preferred leaders, remove the run's throttles,
+    write report.json. Raises NotConverged on timeout (with `fail=True`), naming each stalled partition."""
+    from planner.errors import NotConverged
+    from planner.execution import steps
+    from planner.execution.verify import VerifyOptions
+
+    report_path = Path(req.out) / "report.json" if req.out is not None else None
+    opts = VerifyOptions(timeout=req.timeout, poll=req.poll, elect=req.elect, report=report_path)
+    try:
+        r = steps.verify(req.zk, req.plan, opts, auth=req.auth, connect_timeout=req.connect_timeout,
+                         progress=_exec_progress("verify", progress))
+    except NotConverged as e:
+        if req.fail:
+            raise
+        report = getattr(e, "report", {})
+        pending = tuple((s["partition"].rsplit("-", 1)[0], int(s["partition"].rsplit("-", 1)[1]))
+                        for s in report.get("stalled", ()))
+        return VerifyOutcome(getattr(e, "path", None), report.get("plan_id", ""), False, pending,
+                             tuple(report.get("warnings", ())), report)
+    return VerifyOutcome(r.path, r.plan_id, True, (), tuple(r.warnings), r.report)
 
 
 def cancel(req: CancelRequest, *, progress: ProgressFn | None = None) -> CancelOutcome:
-    raise NotImplementedError("cancel is implemented by the apply issue (12)")
+    """Stop an apply after its batch in flight (or revert that batch), remove the throttles, release the lock
+    and record the state. NotConverged when the batch in flight did not finish within `wait`."""
+    from planner.execution import steps
+
+    r = steps.cancel(req.zk, req.plan, mode="revert" if req.revert else "after-batch", timeout=req.wait,
+                     poll=req.poll, auth=req.auth, connect_timeout=req.timeout, out=req.out,
+                     progress=_exec_progress("cancel", progress))
+    return CancelOutcome(r.plan_id, r.state, tuple(r.reverted), tuple(r.warnings), r.message)

@@ -182,10 +182,12 @@ def test_run_folder_layout(tmp_path):
     assert json.loads(rf.report.read_text()) == {"ok": True}
 
 
-def test_apply_verify_cancel_are_declared(tmp_path):
+def test_apply_verify_cancel_refuse_bad_input_before_connecting(tmp_path):
+    from planner.errors import BadInput
+
     req = api.ApplyRequest(zk="127.0.0.1:2181", plan=tmp_path, auth=("u", "secret"))
     assert "secret" not in repr(req)
     for fn, r in ((api.apply, req), (api.verify, api.VerifyRequest(zk="h:1", plan=tmp_path)),
                   (api.cancel, api.CancelRequest(zk="h:1", plan=tmp_path))):
-        with pytest.raises(NotImplementedError):
+        with pytest.raises(BadInput, match="plan.json"):
             fn(r)

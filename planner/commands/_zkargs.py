@@ -40,16 +40,17 @@ class ProgressLine:
         self._width = 0
 
     def __call__(self, p: Any) -> None:
-        from planner.execution.progress import line
+        from planner.execution.progress import Progress, line
 
-        text = line(p)
+        text = line(Progress(**p.detail)) if getattr(p, "detail", None) else p.message
         if self.tty:
             pad = max(0, self._width - len(text))
             self.stream.write("\r" + text + " " * pad)
             self._width = len(text)
             self.stream.flush()
             return
-        key = (p.state, p.unit)
+        detail = getattr(p, "detail", None) or {}
+        key = (detail.get("state"), detail.get("unit"))
         now = time.monotonic()
         if key != self._key or now - self._last >= self.every:
             self._key, self._last = key, now

@@ -37,28 +37,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from planner import zk as zkmod
-    from planner.execution import steps
-    from planner.execution.executor import Options, dry_run_lines
+    from pathlib import Path
 
-    auth = zkmod.auth_from_env(args.zk_auth_env)
-    opts = Options(throttle=args.throttle, poll=args.poll, timeout=args.timeout, lock_wait=args.lock_wait,
-                   dry_run=args.dry_run)
+    from planner import api
+    from planner import zk as zkmod
+    from planner.execution.executor import LOCK_LINES
+
+    req = api.ApplyRequest(zk=args.zk, plan=Path(args.plan), out=Path(args.out) if args.out else None,
+                           auth=zkmod.auth_from_env(args.zk_auth_env), timeout=args.connect_timeout,
+                           throttle=args.throttle, dry_run=args.dry_run,
+                           max_concurrent_per_broker=args.max_concurrent_per_broker, poll=args.poll,
+                           wait=args.timeout, lock_wait=args.lock_wait)
     line = ProgressLine()
     try:
-        result = steps.apply(args.zk, args.plan, opts, max_concurrent=args.max_concurrent_per_broker, auth=auth,
-                             connect_timeout=args.connect_timeout, out=args.out,
-                             progress=None if args.dry_run else line)
+        outcome = api.apply(req, progress=None if args.dry_run else line)
     finally:
         line.end()
     if args.dry_run:
-        for text in dry_run_lines(result):
+        print(LOCK_LINES[0])
+        for text in outcome.writes:
             print(text)
-        print(f"dry run: {len(result.writes)} writes in {max(0, len(set(t.split(']')[0] for t in result.writes)))} "
-              "transactions would be made; none was made", file=sys.stderr)
-    for w in result.warnings:
+        print(LOCK_LINES[1])
+        print(f"dry run: {len(outcome.writes)} writes would be made; none was made", file=sys.stderr)
+    for w in outcome.warnings:
         print(f"kplan apply: WARNING: {w}", file=sys.stderr)
-    print(result.message)
-    if result.state in ("cancelled", "reverted"):
-        return 1
-    return 0
+    print(outcome.message)
+    return 1 if outcome.state in ("cancelled", "reverted") else 0

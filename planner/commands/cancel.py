@@ -6,6 +6,7 @@ input."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from planner.commands._zkargs import ProgressLine, add_zk
 
@@ -24,16 +25,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from planner import zk as zkmod
-    from planner.execution import steps
+    from pathlib import Path
 
-    auth = zkmod.auth_from_env(args.zk_auth_env)
+    from planner import api
+    from planner import zk as zkmod
+
+    req = api.CancelRequest(zk=args.zk, plan=Path(args.plan), auth=zkmod.auth_from_env(args.zk_auth_env),
+                            timeout=args.connect_timeout, revert=args.revert, wait=args.timeout, poll=args.poll)
     line = ProgressLine()
     try:
-        result = steps.cancel(args.zk, args.plan, mode="revert" if args.revert else "after-batch",
-                              timeout=args.timeout, poll=args.poll, auth=auth, connect_timeout=args.connect_timeout,
-                              progress=line)
+        outcome = api.cancel(req, progress=line)
     finally:
         line.end()
-    print(result.message)
+    for w in outcome.warnings:
+        print(f"kplan cancel: WARNING: {w}", file=sys.stderr)
+    print(outcome.message)
     return 0

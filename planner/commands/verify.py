@@ -23,29 +23,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--poll", type=float, default=1.0, metavar="S", help="seconds between checks (default 1)")
     p.add_argument("--no-elect", dest="elect", action="store_false",
                    help="do not run a preferred election for leaders that are not the plan's first replica")
-    p.add_argument("--report", type=Path, metavar="FILE", help="where report.json goes (default <run>/report.json)")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="folder for report.json (default: the run folder, i.e. the plan folder's parent)")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from planner import api
     from planner import zk as zkmod
     from planner.errors import NotConverged
-    from planner.execution import steps
-    from planner.execution.verify import VerifyOptions, table
+    from planner.execution.verify import table
 
-    auth = zkmod.auth_from_env(args.zk_auth_env)
-    opts = VerifyOptions(timeout=args.timeout, poll=args.poll, elect=args.elect, report=args.report)
+    req = api.VerifyRequest(zk=args.zk, plan=Path(args.plan), timeout=args.timeout, out=args.out,
+                            auth=zkmod.auth_from_env(args.zk_auth_env), poll=args.poll, elect=args.elect,
+                            connect_timeout=args.connect_timeout)
     try:
-        result = steps.verify(args.zk, args.plan, opts, auth=auth, connect_timeout=args.connect_timeout)
+        outcome = api.verify(req)
     except NotConverged as e:
         report = getattr(e, "report", None)
         if report is not None:
             print(json.dumps(report, indent=1) if args.json else table(report))
             print(f"report: {getattr(e, 'path', '')}", file=sys.stderr)
         raise
-    print(json.dumps(result.report, indent=1) if args.json else table(result.report))
-    for w in result.warnings:
+    print(json.dumps(dict(outcome.report), indent=1) if args.json else table(outcome.report))
+    for w in outcome.warnings:
         print(f"kplan verify: WARNING: {w}", file=sys.stderr)
-    print(f"report: {result.path}", file=sys.stderr)
+    print(f"report: {outcome.path}", file=sys.stderr)
     return 0

@@ -79,6 +79,7 @@ class Result:
     seconds: float = 0.0
     writes: list[str] = field(default_factory=list)   # dry run: every write it would make, in order
     warnings: list[str] = field(default_factory=list)
+    reverted: list[tuple[str, int]] = field(default_factory=list)  # partitions moved back by a cancel
 
 
 class Executor:
@@ -103,6 +104,7 @@ class Executor:
         self._bytes_at_start: int | None = None
         self._last_saved = 0.0
         self._last_entries: dict[Key, tuple[int, ...]] = {}
+        self._reverted: list[Key] = []
         final = plan.final_unit()
         self._final_count = [0] * len(plan.units)
         self._final_bytes = [0] * len(plan.units)
@@ -626,6 +628,7 @@ class Executor:
             run.doc["revert"]["state"] = rs.COMPLETED
             run.doc["revert"]["completed_at"] = rs.now()
             run.event(f"{unit.label} reverted")
+            self._reverted = r.keys()
             self._release_all()
             self._save(run)
 
@@ -688,7 +691,7 @@ class Executor:
                       self.units_submitted, p.done, self.plan.partitions_total, p.bytes_done, self.plan.bytes_total,
                       round(time.monotonic() - self.started, 3),
                       [f"[txn {t}] {op.describe()}" for t, op in zip(self.gate.txn_of, self.gate.writes, strict=True)],
-                      list(self.warnings))
+                      list(self.warnings), list(self._reverted))
 
 
 def stalled_text(reasons: dict[Key, list[str]], show: int = 20) -> str:
@@ -706,7 +709,5 @@ def _when(t: Any) -> str:
     return "at " + time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(t))
 
 
-def dry_run_lines(result: Result) -> list[str]:
-    lock = f"create {rs.LOCK_PATH}/<uuid>__lock__<seq> (ephemeral: the apply lock, held for the whole apply)"
-    return [lock] + result.writes + [f"delete {rs.LOCK_PATH}/<uuid>__lock__<seq> (lock released)"]
-
+LOCK_LINES = (f"create {rs.LOCK_PATH}/<uuid>__lock__<seq> (ephemeral: the apply lock, held for the whole apply)",
+              f"delete {rs.LOCK_PATH}/<uuid>__lock__<seq> (the lock released)")

@@ -187,6 +187,23 @@ def from_document(doc: Mapping[str, Any], max_concurrent: int | None = None, pat
                    drained, path, tuple(str(w) for w in doc.get("warnings") or ()))
 
 
+def from_plan(plan: Any, max_concurrent: int | None = None) -> RunPlan:
+    """Execution view of a `planner.plan_model.Plan` (read and checked by `read_plan`)."""
+    doc = plan.doc
+    batches = []
+    raw = {b["index"]: b for b in doc.get("batches", ())}
+    for b in plan.batches:
+        extra = raw.get(b.index, {})
+        batches.append({"index": b.index, "kind": b.kind, "partitions": [list(k) for k in b.partitions],
+                        "replicas": [list(r) for r in b.replicas],
+                        "throttle": extra.get("throttle", extra.get("suggested_throttle"))})
+    view = {"id": plan.id, "kind": plan.kind, "parameters": plan.parameters, "warnings": plan.warnings,
+            "moves": [{"topic": m.topic, "partition": m.partition, "from": list(m.from_replicas),
+                       "to": list(m.to_replicas), "bytes": m.bytes, "kind": m.kind} for m in plan.moves],
+            "batches": batches}
+    return from_document(view, max_concurrent, str(plan.path or ""))
+
+
 def revert_unit(plan: RunPlan, unit: Unit, index: int) -> Unit:
     """The unit that writes `unit`'s partitions back to the replicas they had before it."""
     entries = tuple(Entry(e.topic, e.partition, b) for e, b in zip(unit.entries, unit.before, strict=True))

@@ -18,7 +18,7 @@ from pathlib import Path
 from planner import zk as zkmod
 from planner.errors import BadInput
 from planner.execution.executor import Executor, Options, Result
-from planner.execution.planview import RunPlan, from_document
+from planner.execution.planview import RunPlan, from_plan
 from planner.execution.progress import Progress, write_json_atomic
 from planner.execution.verify import Verifier, VerifyOptions, VerifyResult
 
@@ -27,10 +27,9 @@ log = logging.getLogger(__name__)
 
 def load_plan(path: Path | str, max_concurrent: int | None = None) -> RunPlan:
     """The reviewed plan, checked (id, files agree) by the plan reader, as execution units."""
-    from planner.plan_format import read_plan
+    from planner.plan_model import read_plan
 
-    loaded = read_plan(path)
-    return from_document(loaded.plan, max_concurrent, str(path))
+    return from_plan(read_plan(path), max_concurrent)
 
 
 def run_folder(plan_path: Path | str) -> Path:
