@@ -90,20 +90,33 @@ class ClusterView:
         self.client = client
         mode = "multiread" if supports_multiread(client, min(timeout, 10.0)) else "plain"
         self.reader = BulkReader(client, mode, timeout=timeout)
+        # Decoded topic znodes by the zxid of their last write: a waiting loop re-reads the same topics many
+        # times and most of them have not changed since the last read.
+        self._topic_cache: dict[str, tuple[int, codec.TopicAssignment]] = {}
 
     # ---------------------------------------------------------------------------------- partitions
     def topics(self, topics: Iterable[str]) -> dict[str, codec.TopicAssignment | CodecError | None]:
         names = sorted(set(topics))
         reads = self.reader.get_many([codec.topic_path(t) for t in names])
+        mzxids = reads.stat["mzxid"].tolist() if len(reads) else []
         out: dict[str, codec.TopicAssignment | CodecError | None] = {}
-        for t, err, data in zip(names, reads.err.tolist(), reads.data, strict=True):
+        cache = self._topic_cache
+        for t, err, data, mz in zip(names, reads.err.tolist(), reads.data, mzxids, strict=True):
             if err:
                 out[t] = None
+                cache.pop(t, None)
+                continue
+            hit = cache.get(t)
+            if hit is not None and hit[0] == mz:
+                out[t] = hit[1]
                 continue
             try:
-                out[t] = codec.decode_topic(t, data)
+                ta = codec.decode_topic(t, data)
             except CodecError as e:
                 out[t] = e
+                continue
+            cache[t] = (mz, ta)
+            out[t] = ta
         return out
 
     def partitions(self, keys: Iterable[Key], states: bool = True) -> dict[Key, PartStatus]:

@@ -440,8 +440,15 @@ class Executor:
             return None
         seen = None
         best, best_at, warned_at = -1, time.monotonic(), 0.0
+        last_read = None
         while True:
             stat = self._arm(codec.REASSIGN)
+            if stat is not None and last_read is not None and time.monotonic() - last_read < self.opts.poll:
+                # Woken by the controller updating the znode as partitions complete: the partitions are read
+                # again at most once per poll interval, and at once when the znode is gone (the batch is done).
+                self._sleep(self.opts.poll - (time.monotonic() - last_read))
+                continue
+            last_read = time.monotonic()
             statuses = self._read(lambda: self.view.partitions(keys, states=False))
             done = sum(1 for k in keys if statuses[k].replicas == target[k] and not statuses[k].reassigning)
             gone = [preflight.name(k) for k in keys if statuses[k].replicas is None]

@@ -140,13 +140,36 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def from_document(doc: Mapping[str, Any], max_concurrent: int | None = None, path: str = "") -> RunPlan:
-    """Execution view of a validated plan document (plan.json as read by the plan reader)."""
-    moves: dict[Key, Move] = {}
+    """Execution view of a validated plan document (plan.json as a mapping)."""
+    moves = {}
     for m in doc["moves"]:
         mv = Move(str(m["topic"]), int(m["partition"]), tuple(int(x) for x in m["from"]),
                   tuple(int(x) for x in m["to"]), m.get("bytes"), str(m.get("kind", "data")))
         moves[mv.key] = mv
-    params = doc.get("parameters") or {}
+    batches = [(int(b["index"]), str(b["kind"]),
+                [Entry(str(t), int(p), tuple(int(x) for x in reps))
+                 for (t, p), reps in zip(b["partitions"], b["replicas"], strict=True)],
+                _int_or_none(b.get("throttle", b.get("suggested_throttle")))) for b in doc["batches"]]
+    return _build(str(doc["id"]), str(doc.get("kind", "")), moves, batches, doc.get("parameters") or {},
+                  doc.get("warnings") or (), max_concurrent, path)
+
+
+def from_plan(plan: Any, max_concurrent: int | None = None) -> RunPlan:
+    """Execution view of a `planner.plan_model.Plan` (read and checked by `read_plan`)."""
+    moves = {(m.topic, m.partition): Move(m.topic, m.partition, m.from_replicas, m.to_replicas, m.bytes, m.kind)
+             for m in plan.moves}
+    raw = {b["index"]: b for b in plan.doc.get("batches", ())}
+    batches = []
+    for b in plan.batches:
+        extra = raw.get(b.index, {})
+        batches.append((b.index, b.kind, [Entry(t, p, r) for (t, p), r in zip(b.partitions, b.replicas, strict=True)],
+                        _int_or_none(extra.get("throttle", extra.get("suggested_throttle")))))
+    return _build(plan.id, plan.kind, moves, batches, plan.parameters, plan.warnings, max_concurrent,
+                  str(plan.path or ""))
+
+
+def _build(plan_id: str, kind: str, moves: dict[Key, Move], batches: list[tuple[int, str, list[Entry], int | None]],
+           params: Mapping[str, Any], warnings: Any, max_concurrent: int | None, path: str) -> RunPlan:
     plan_limit = params.get("max_concurrent_per_broker")
     plan_limit = int(plan_limit) if isinstance(plan_limit, int) and plan_limit > 0 else None
     if max_concurrent is not None:
@@ -157,51 +180,28 @@ def from_document(doc: Mapping[str, Any], max_concurrent: int | None = None, pat
                            f"lower that (split batches) but not raise it to {max_concurrent}")
     current: dict[Key, tuple[int, ...]] = {k: m.frm for k, m in moves.items()}
     units: list[Unit] = []
-    for b in sorted(doc["batches"], key=lambda b: b["index"]):
-        kind = str(b["kind"])
-        entries = [Entry(str(t), int(p), tuple(int(x) for x in reps))
-                   for (t, p), reps in zip(b["partitions"], b["replicas"], strict=True)]
+    for index, bkind, entries, throttle in sorted(batches, key=lambda b: b[0]):
         for e in entries:
             if e.key not in moves:
-                raise BadInput(f"plan batch {b['index']} writes {e.topic}-{e.partition}, which is not a move of the plan")
+                raise BadInput(f"plan batch {index} writes {e.topic}-{e.partition}, which is not a move of the plan")
         before = [current[e.key] for e in entries]
-        throttle = _int_or_none(b.get("throttle", b.get("suggested_throttle")))
-        if kind == "data" and max_concurrent is not None and (plan_limit is None or max_concurrent < plan_limit):
+        if bkind == "data" and max_concurrent is not None and (plan_limit is None or max_concurrent < plan_limit):
             groups = _split(entries, before, max_concurrent)
         else:
             groups = [list(range(len(entries)))]
         for j, g in enumerate(groups):
             ents = tuple(entries[i] for i in g)
-            nbytes = 0
-            if kind == "data":
-                nbytes = sum(moves[e.key].bytes or 0 for e in ents)
-            units.append(Unit(len(units), int(b["index"]), j, len(groups), kind, ents,
-                              tuple(before[i] for i in g), nbytes, throttle))
+            nbytes = sum(moves[e.key].bytes or 0 for e in ents) if bkind == "data" else 0
+            units.append(Unit(len(units), index, j, len(groups), bkind, ents, tuple(before[i] for i in g), nbytes,
+                              throttle))
         for e in entries:
             current[e.key] = e.replicas
     for k, m in moves.items():
         if current[k] != m.to:
             raise BadInput(f"the plan's batches leave {k[0]}-{k[1]} at {list(current[k])}, not its target {list(m.to)}")
-    drained = tuple(int(x) for x in params.get("brokers") or ()) if doc.get("kind") == "drain" else ()
-    return RunPlan(str(doc["id"]), str(doc.get("kind", "")), moves, tuple(units), plan_limit, max_concurrent,
-                   drained, path, tuple(str(w) for w in doc.get("warnings") or ()))
-
-
-def from_plan(plan: Any, max_concurrent: int | None = None) -> RunPlan:
-    """Execution view of a `planner.plan_model.Plan` (read and checked by `read_plan`)."""
-    doc = plan.doc
-    batches = []
-    raw = {b["index"]: b for b in doc.get("batches", ())}
-    for b in plan.batches:
-        extra = raw.get(b.index, {})
-        batches.append({"index": b.index, "kind": b.kind, "partitions": [list(k) for k in b.partitions],
-                        "replicas": [list(r) for r in b.replicas],
-                        "throttle": extra.get("throttle", extra.get("suggested_throttle"))})
-    view = {"id": plan.id, "kind": plan.kind, "parameters": plan.parameters, "warnings": plan.warnings,
-            "moves": [{"topic": m.topic, "partition": m.partition, "from": list(m.from_replicas),
-                       "to": list(m.to_replicas), "bytes": m.bytes, "kind": m.kind} for m in plan.moves],
-            "batches": batches}
-    return from_document(view, max_concurrent, str(plan.path or ""))
+    drained = tuple(int(x) for x in params.get("brokers") or ()) if kind == "drain" else ()
+    return RunPlan(plan_id, kind, moves, tuple(units), plan_limit, max_concurrent, drained, path,
+                   tuple(str(w) for w in warnings))
 
 
 def revert_unit(plan: RunPlan, unit: Unit, index: int) -> Unit:

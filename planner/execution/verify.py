@@ -80,6 +80,7 @@ class Verifier:
         self._wake = threading.Event()
         self.warnings: list[str] = []
         self.started = time.monotonic()
+        self.converged_at: float | None = None
 
     def _watch(self, event: Any) -> None:
         self._wake.set()
@@ -100,9 +101,17 @@ class Verifier:
         pending = list(keys)
         statuses: dict[Key, PartStatus] = {}
         deadline = self.started + self.opts.timeout
+        last_read = None
         while True:
             self._wake.clear()
-            self._read(lambda: self.client.exists(codec.REASSIGN, watch=self._watch))
+            stat = self._read(lambda: self.client.exists(codec.REASSIGN, watch=self._watch))
+            now = time.monotonic()
+            if stat is not None and last_read is not None and now - last_read < self.opts.poll and now < deadline:
+                # A change of the znode (partitions completing) wakes the loop; partitions are read again at
+                # most once per poll interval, and at once when the znode is gone (all of them completed).
+                self._wake.wait(min(self.opts.poll - (now - last_read), max(0.0, deadline - now)))
+                continue
+            last_read = now
             z = self._read(self.view.reassignment)
             zk = reassign_keys(z) if z.entries is not None else {}
             blocked = z.exists and z.entries is None
@@ -135,6 +144,7 @@ class Verifier:
         plan = self.plan
         t0 = time.time()
         ok, statuses, seen_at = self.wait_converged()
+        self.converged_at = seen_at
         seconds = round((seen_at - t0), 3) if seen_at else None
         run = self._read(lambda: rs.load(self.client, plan.hexid))
         wrote = self.lock.try_acquire()
@@ -262,6 +272,7 @@ class Verifier:
             "throttles_remaining": remaining,
             "run_throttles_remaining": ours,
             "seconds_to_converge": seconds,
+            "converged_at": self.converged_at,
             "last_state_change_ms": max(mtimes) if mtimes else None,
             "election": election,
             "stalled": stalled,

@@ -1,0 +1,152 @@
+"""Apply + verify benchmark on the emulated sandbox (issue 12's targets):
+
+1. Overhead of apply + verify for a ~10,000-move plan with copy time near zero (sizes tiny, links fast,
+   catch-up immediate): target <= 30 s. The plan is a drain of 5 of 50 brokers (~33,000 partitions, RF 3),
+   planned by the real planner; batches of up to --max-concurrent moves per broker. Throttles are set and
+   removed for every data batch (at a rate far above what the copies need), so their writes are counted.
+   Each repetition runs on a fresh sandbox; the median is quoted.
+2. How soon verify notices convergence after the last ISR join: a throttled single-batch move is applied
+   while verify (poll 1 s, no election) waits; the last ISR join is the newest mtime of the plan's partition
+   state znodes as ZooKeeper recorded it, compared with the moment verify declared convergence. Target: within
+   one poll interval.
+
+    python bench/bench_apply.py [--brokers 50] [--partitions 33000] [--drain 5] [--max-concurrent 1000]
+                                [--reps 3] [--trials 5]
+Results also go to bench/out/apply.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from planner import api
+from planner.sandbox import Sandbox
+
+HERE = Path(__file__).resolve().parent
+FAST = dict(catch_up_delay=0.0, tick=0.02, link_rate=1e13, auto_rebalance=False)
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def overhead_run(work: Path, args: argparse.Namespace, rep: int) -> dict:
+    run = api.RunFolder(work / f"run{rep}")
+    t = time.monotonic()
+    sb = Sandbox.up(work / f"sb{rep}", brokers=args.brokers, partitions=args.partitions, rf=3, racks=0, seed=rep,
+                    timeout=600, **FAST)
+    up_s = time.monotonic() - t
+    try:
+        api.snapshot(api.SnapshotRequest(zk=sb.connect_string, out=run.snapshot))
+        drained = tuple(range(1, args.drain + 1))
+        plan = api.plan_drain(api.DrainRequest(snapshot=run.snapshot, out=run.plan, brokers=drained,
+                                               max_concurrent_per_broker=args.max_concurrent))
+        moves = plan.plan.summary["replica_moves"]
+        batches = len(plan.plan.batches)
+        load_before = load()
+        t0 = time.monotonic()
+        applied = api.apply(api.ApplyRequest(zk=sb.connect_string, plan=run.plan, throttle=10**12, poll=1.0))
+        t1 = time.monotonic()
+        verified = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=run.plan, timeout=120, poll=1.0))
+        t2 = time.monotonic()
+        assert applied.state == "completed" and verified.converged
+        assert verified.report["throttles_remaining"] == [] and verified.report["cluster"]["offline"] == 0
+        return {"moves": moves, "partitions_moved": plan.plan.summary["partitions_moved"], "batches": batches,
+                "apply_s": round(t1 - t0, 2), "verify_s": round(t2 - t1, 2), "total_s": round(t2 - t0, 2),
+                "sandbox_up_s": round(up_s, 1), "load_before": load_before, "load_after": load()}
+    finally:
+        sb.down()
+
+
+def detection_trial(work: Path, i: int) -> dict:
+    """One throttled single-batch move applied while verify waits; returns verify's lag behind the last ISR join."""
+    from planner import zk as zkmod
+    from planner.plan_model import plan_id
+
+    desc = {"brokers": [{"id": b} for b in range(1, 5)],
+            "topics": [{"name": "t", "partitions": [{"replicas": [1, 2], "size_bytes": 3_000_000 + 500_000 * p}
+                                                    for p in range(4)]}]}
+    sb = Sandbox.up(work / f"det{i}", cluster=desc, timeout=120, catch_up_delay=0.0, tick=0.02,
+                    auto_rebalance=False)
+    try:
+        plan_dir = work / f"det{i}-run" / "plan"
+        plan_dir.mkdir(parents=True)
+        moves = [{"topic": "t", "partition": p, "from": [1, 2], "to": [3, 4], "bytes": 2 * (3_000_000 + 500_000 * p),
+                  "kind": "data"} for p in range(4)]
+        doc = {"format": "kplan-plan/1", "id": "", "kind": "rebalance",
+               "snapshot": {"fingerprint": "sha256:" + "0" * 64}, "parameters": {"max_concurrent_per_broker": 5},
+               "moves": moves, "batches": [{"index": 0, "kind": "data", "partitions": [["t", p] for p in range(4)],
+                                            "replicas": [[3, 4]] * 4}]}
+        doc["id"] = plan_id(doc)
+        (plan_dir / "plan.json").write_text(json.dumps(doc))
+        for name, key in (("reassignment.json", "to"), ("rollback.json", "from")):
+            (plan_dir / name).write_text(json.dumps({"version": 1, "partitions": [
+                {"topic": "t", "partition": m["partition"], "replicas": m[key]} for m in moves]}))
+        result: dict = {}
+
+        def run_verify() -> None:
+            result["v"] = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=plan_dir, timeout=60, poll=1.0,
+                                                       elect=False))
+
+        th = threading.Thread(target=run_verify)
+        th.start()
+        time.sleep(0.3)  # verify is polling before anything moves
+        api.apply(api.ApplyRequest(zk=sb.connect_string, plan=plan_dir, throttle=4_000_000, poll=1.0))
+        th.join(60)
+        report = result["v"].report
+        with zkmod.session(sb.connect_string) as zk:
+            joins = [zk.get(f"/brokers/topics/t/partitions/{p}/state")[1].mtime for p in range(4)]
+        last_join = max(joins) / 1000
+        return {"lag_s": round(report["converged_at"] - last_join, 3), "copy_s": round(last_join - min(joins) / 1000, 2)}
+    finally:
+        sb.down()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--brokers", type=int, default=50)
+    ap.add_argument("--partitions", type=int, default=33_000)
+    ap.add_argument("--drain", type=int, default=5)
+    ap.add_argument("--max-concurrent", type=int, default=1000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--trials", type=int, default=5)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-apply-"))
+    out: dict = {"cpus": os.cpu_count(), "args": vars(args)}
+    try:
+        runs = []
+        for rep in range(args.reps):
+            r = overhead_run(work, args, rep)
+            runs.append(r)
+            print(f"apply+verify: {r}", flush=True)
+        med = statistics.median(r["total_s"] for r in runs)
+        out["overhead"] = {"runs": runs, "median_total_s": med,
+                           "median_apply_s": statistics.median(r["apply_s"] for r in runs),
+                           "median_verify_s": statistics.median(r["verify_s"] for r in runs), "target_s": 30}
+        print(f"apply+verify of ~{runs[0]['moves']} moves in {runs[0]['batches']} batches: median {med:.1f} s "
+              f"(target 30 s)", flush=True)
+        trials = [detection_trial(work, i) for i in range(args.trials)]
+        lags = [t["lag_s"] for t in trials]
+        out["detection"] = {"trials": trials, "median_lag_s": statistics.median(lags), "max_lag_s": max(lags),
+                            "poll_s": 1.0}
+        print(f"verify noticed convergence {statistics.median(lags):.3f} s (median; max {max(lags):.3f} s) after "
+              "the last ISR join (poll 1 s)", flush=True)
+        (HERE / "out").mkdir(exist_ok=True)
+        (HERE / "out" / "apply.json").write_text(json.dumps(out, indent=2) + "\n")
+        ok = med <= 30 and max(lags) <= 1.0
+        return 0 if ok else 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
