@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import numpy as np
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, NoNodeError, OperationTimeoutError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from planner import codec
+from planner import codec, zkcolumns
 from planner.errors import CodecError, ZkUnavailable
 from planner.zkbulk import ERR_NONODE, BulkReader, supports_multiread
 
@@ -54,7 +55,6 @@ class PartStatus:
     leader: int = -1
     isr: tuple[int, ...] = ()
     has_state: bool = False
-    state_mtime_ms: int = 0
 
     @property
     def reassigning(self) -> bool:
@@ -123,27 +123,38 @@ class ClusterView:
         """Assignment (and, with `states`, leader/ISR) of each partition, in two bulk reads."""
         keys = list(dict.fromkeys(keys))
         topics = self.topics(k[0] for k in keys)
-        leader: dict[Key, tuple[int, tuple[int, ...], bool, int]] = {}
+        leader: list[int] = []
+        isr_rows: list[tuple[int, ...]] = []
+        has: list[bool] = []
         if states:
-            reads = self.reader.get_many([codec.state_path(t, p) for t, p in keys])
-            mtimes = reads.stat["mtime"].tolist() if len(reads) else []
-            for k, err, data, mt in zip(keys, reads.err.tolist(), reads.data, mtimes, strict=True):
-                if err:
-                    continue
-                try:
-                    st = codec.decode_partition_state(data, codec.state_path(*k))
-                except CodecError:
-                    continue
-                leader[k] = (st.leader, tuple(st.isr), True, int(mt))
+            # Arrow's JSON reader decodes the state znodes into columns (planner.zkcolumns), not one
+            # json.loads per partition.
+            cols = zkcolumns.read_states(self.reader, [codec.state_path(t, p) for t, p in keys])
+            ok = cols.has_state.copy()
+            for row, _problem in cols.bad:
+                ok[row] = False
+            leader = cols.leader.tolist()
+            has = ok.tolist()
+            values = cols.isr_values.tolist()
+            ends = np.cumsum(cols.isr_len).tolist()
+            start = 0
+            for end in ends:
+                isr_rows.append(tuple(values[start:end]))
+                start = end
         out: dict[Key, PartStatus] = {}
-        for k in keys:
+        for i, k in enumerate(keys):
             ta = topics.get(k[0])
             if not isinstance(ta, codec.TopicAssignment) or k[1] not in ta.partitions:
                 out[k] = PartStatus(None)
                 continue
-            ld, isr, has, mt = leader.get(k, (-1, (), False, 0))
-            out[k] = PartStatus(tuple(ta.partitions[k[1]]), tuple(ta.adding_replicas.get(k[1], ())),
-                                tuple(ta.removing_replicas.get(k[1], ())), ld, isr, has, mt)
+            p = k[1]
+            replicas = tuple(ta.partitions[p])
+            adding = tuple(ta.adding_replicas.get(p, ())) if ta.adding_replicas else ()
+            removing = tuple(ta.removing_replicas.get(p, ())) if ta.removing_replicas else ()
+            if states and has[i]:
+                out[k] = PartStatus(replicas, adding, removing, leader[i], isr_rows[i], True)
+            else:
+                out[k] = PartStatus(replicas, adding, removing)
         return out
 
     def all_partition_keys(self) -> list[Key]:

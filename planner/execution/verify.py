@@ -257,7 +257,6 @@ class Verifier:
             ctx = self._context(run, z, live, record)
             reasons = diagnose(plan, statuses, ctx)
             stalled = [{"partition": preflight.name(k), "reasons": v} for k, v in sorted(reasons.items())]
-        mtimes = [statuses[k].state_mtime_ms for k in keys if statuses[k].state_mtime_ms]
         report: dict[str, Any] = {
             "format": REPORT_FORMAT,
             "plan_id": plan.id,
@@ -273,7 +272,6 @@ class Verifier:
             "run_throttles_remaining": ours,
             "seconds_to_converge": seconds,
             "converged_at": self.converged_at,
-            "last_state_change_ms": max(mtimes) if mtimes else None,
             "election": election,
             "stalled": stalled,
             "run": None if run is None else {"state": run.state, "units": len(run.doc["units"])},
