@@ -131,6 +131,17 @@ def _split(entries: Sequence[Entry], before: Sequence[tuple[int, ...]], limit: i
     return groups
 
 
+THROTTLE_KEYS = ("suggested_throttle_bytes_per_s", "throttle", "suggested_throttle")
+
+
+def _suggested(batch: Mapping[str, Any]) -> int | None:
+    """The plan's suggested throttle of a batch (issue 11 writes `suggested_throttle_bytes_per_s`)."""
+    for key in THROTTLE_KEYS:
+        if batch.get(key) is not None:
+            return _int_or_none(batch.get(key))
+    return None
+
+
 def _int_or_none(value: Any) -> int | None:
     if value is None:
         return None
@@ -149,7 +160,7 @@ def from_document(doc: Mapping[str, Any], max_concurrent: int | None = None, pat
     batches = [(int(b["index"]), str(b["kind"]),
                 [Entry(str(t), int(p), tuple(int(x) for x in reps))
                  for (t, p), reps in zip(b["partitions"], b["replicas"], strict=True)],
-                _int_or_none(b.get("throttle", b.get("suggested_throttle")))) for b in doc["batches"]]
+                _suggested(b)) for b in doc["batches"]]
     return _build(str(doc["id"]), str(doc.get("kind", "")), moves, batches, doc.get("parameters") or {},
                   doc.get("warnings") or (), max_concurrent, path)
 
@@ -163,7 +174,7 @@ def from_plan(plan: Any, max_concurrent: int | None = None) -> RunPlan:
     for b in plan.batches:
         extra = raw.get(b.index, {})
         batches.append((b.index, b.kind, [Entry(t, p, r) for (t, p), r in zip(b.partitions, b.replicas, strict=True)],
-                        _int_or_none(extra.get("throttle", extra.get("suggested_throttle")))))
+                        _suggested(extra)))
     return _build(plan.id, plan.kind, moves, batches, plan.parameters, plan.warnings, max_concurrent,
                   str(plan.path or ""))
 

@@ -1,0 +1,132 @@
+"""apply / verify on real Apache Kafka 3.9 brokers (the `kafka` sandbox engine).
+
+One 4-broker cluster for the module; each test creates its own topics and drains broker 1 (the first test
+leaves it empty, so the second one's plan holds only its own topics). Expected outcomes are stated by hand
+and read back with the independent checker; data is checked through Kafka itself (log-end offsets read
+from the partitions' leaders before and after).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from apply_support import Checker, poll
+
+from planner import api
+from planner import zk as zkmod
+from planner.sandbox import Sandbox
+from planner.sandbox.kafka_engine import create_topic
+
+pytestmark = pytest.mark.kafka
+ROOT = Path(__file__).resolve().parents[1]
+REAL = dict(session_timeout=6, shutdown_retries=2, shutdown_retry_interval=0.5, auto_rebalance=False)
+
+
+@pytest.fixture(scope="module")
+def real(kafka_jars, zk_server, tmp_path_factory):
+    brokers = [{"id": i, "rack": f"r{(i - 1) % 2 + 1}"} for i in range(1, 5)]
+    sb = Sandbox.up(tmp_path_factory.mktemp("kafka-apply") / "sb", cluster={"brokers": brokers, "topics": []},
+                    zk=f"{zk_server.connect_string}/apply{os.getpid()}", engine="kafka", timeout=180, **REAL)
+    zk = zkmod.connect(sb.connect_string)
+    try:
+        yield sb, zk, Checker(zk)
+    finally:
+        zk.stop()
+        zk.close()
+        sb.down()
+
+
+def topics(zk, sb, spec: dict[str, list[list[int]]], config: dict[str, dict[str, str]] | None = None) -> None:
+    for name, assignment in spec.items():
+        create_topic(zk, name, assignment, (config or {}).get(name, {}))
+    sb.wait_settled(90)
+
+
+def plan_drain(run: api.RunFolder, sb: Sandbox, **kw) -> api.PlanOutcome:
+    sizes = run.root / "logdirs.json"
+    run.root.mkdir(parents=True, exist_ok=True)
+    sizes.write_text(json.dumps(sb.log_dirs()))
+    api.snapshot(api.SnapshotRequest(zk=sb.connect_string, out=run.snapshot, sizes=sizes))
+    return api.plan_drain(api.DrainRequest(snapshot=run.snapshot, out=run.plan, brokers=(1,), **kw))
+
+
+def test_seed_scenario_drain_broker_1_then_kill_it_and_nothing_goes_offline(real, tmp_path):
+    sb, zk, check = real
+    topics(zk, sb, {"seed-rf1": [[1], [2]], "seed-orders": [[1, 2, 3], [2, 3, 1], [3, 1, 2]], "seed-pairs": [[1, 4],
+                                                                                                        [4, 2]]},
+           {"seed-orders": {"min.insync.replicas": "2"}})
+    parts = [("seed-rf1", 0), ("seed-rf1", 1), ("seed-orders", 0), ("seed-orders", 1), ("seed-orders", 2),
+             ("seed-pairs", 0), ("seed-pairs", 1)]
+    sb.produce({p: 300_000 for p in parts})
+    offsets = sb.log_end_offsets(parts)
+    assert all(o > 0 for o in offsets.values())
+    run = api.RunFolder(tmp_path / "run")
+    plan = plan_drain(run, sb)
+    assert {(m.topic, m.partition) for m in plan.plan.moves if m.kind == "data"} == {
+        ("seed-rf1", 0), ("seed-orders", 0), ("seed-orders", 1), ("seed-orders", 2), ("seed-pairs", 0)}
+    applied = api.apply(api.ApplyRequest(zk=sb.connect_string, plan=run.plan, throttle=50_000_000, poll=0.5,
+                                         wait=120))
+    assert applied.state == "completed" and applied.batches_done == applied.batches_total
+    verified = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=run.plan, timeout=60, poll=0.5))
+    assert verified.converged and verified.report["leaders_on_preferred"]["count"] == len(plan.plan.moves)
+    for m in plan.plan.moves:
+        assert check.replicas(m.topic, m.partition) == list(m.to_replicas)
+        assert 1 not in check.replicas(m.topic, m.partition)
+    assert check.throttles() == {} and check.lock_holders() == []
+    # The incident: broker 1 goes away. Its RF=1 partition had moved; nothing is offline.
+    sb.kill([1])
+    for t, p in parts:
+        st = check.state(t, p)
+        assert st["leader"] != -1 and st["leader"] != 1, (t, p, st)
+    assert sb.log_end_offsets(parts) == offsets, "every record is still there"
+    sb.start([1])
+    sb.wait_settled(90)
+
+
+def test_throttled_multi_batch_drain_with_real_data_killed_and_resumed(real, tmp_path):
+    sb, zk, check = real
+    topics(zk, sb, {"bulk": [[1, 2], [2, 1], [1, 3], [3, 1]]})
+    parts = [("bulk", p) for p in range(4)]
+    sb.produce({p: 2_000_000 for p in parts})
+    offsets = sb.log_end_offsets(parts)
+    run = api.RunFolder(tmp_path / "run")
+    plan = plan_drain(run, sb, max_concurrent_per_broker=1)
+    doc = json.loads((run.plan / "plan.json").read_text())
+    data_batches = [b for b in plan.plan.batches if b.kind == "data"]
+    assert len(data_batches) == 4 and plan.plan.batches[0].kind == "leadership"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "apply", "--zk", sb.connect_string, "--plan",
+                             str(run.plan), "--throttle", "1000000", "--poll", "0.2", "--connect-timeout", "1"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        poll(lambda: check.unit_states(doc)[2:3] == ["submitted"], timeout=120, what="the second data batch in flight")
+        # Kafka's tool's throttles, on the real brokers' config znodes, while a batch copies.
+        thr = check.throttles()
+        moving = plan.plan.batches[2].partitions[0][1]
+        assert f"{moving}:1" in thr["topics/bulk"]["leader.replication.throttled.replicas"].split(",")
+        assert thr["brokers/1"] == {"leader.replication.throttled.rate": "1000000",
+                                    "follower.replication.throttled.rate": "1000000"}
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert check.unit_states(doc)[:3] == ["completed", "completed", "submitted"]
+    applied = api.apply(api.ApplyRequest(zk=sb.connect_string, plan=run.plan, throttle=20_000_000, poll=0.2,
+                                         lock_wait=30, wait=180))
+    assert applied.state == "completed" and applied.resumed
+    assert applied.batches_submitted == 2  # batches 3 and 4; batch 2 was already submitted and is not again
+    verified = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=run.plan, timeout=60, poll=0.5))
+    assert verified.converged
+    for m in plan.plan.moves:
+        assert check.replicas(m.topic, m.partition) == list(m.to_replicas)
+    assert check.throttles() == {} and check.lock_holders() == []
+    assert not check.exists("/admin/reassign_partitions")
+    assert sb.log_end_offsets(parts) == offsets
+    for t, p in parts:
+        st = check.state(t, p)
+        assert sorted(st["isr"]) == sorted(check.replicas(t, p)) and st["leader"] in check.replicas(t, p)
