@@ -196,3 +196,25 @@ def test_verify_names_a_throttle_too_low_and_a_resumed_apply_raises_it(cluster, 
                      "0.2") == 0
     assert env.kplan("verify", "--zk", env.connect, "--plan", str(plan_dir), "--timeout", "30") == 0
     env.check.assert_nothing_lost(rf_of(env.desc), FINAL)
+
+
+def test_ctrl_c_stops_cleanly_keeping_only_the_throttle_of_the_move_in_flight(cluster, tmp_path):
+    env = cluster(drain_desc(size=30 * MB))
+    plan_dir = tmp_path / "run" / "plan"
+    doc = drain_plan(plan_dir, size=30 * MB)
+    proc = spawn_apply(env, plan_dir, "--throttle", "10MB")
+    poll(in_flight(env, doc, 1), what="batch 1 in flight")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, out
+    run = env.check.run(doc)
+    assert run["state"] == "failed" and "interrupted" in run["error"]
+    assert env.check.lock_holders() == []  # released on the way out, not at session expiry
+    # a-0 is still copying to broker 3: its throttle stays (removing it would unthrottle the copy), no other
+    thr = env.check.throttles()
+    assert thr["topics/a"] == {"leader.replication.throttled.replicas": "0:1,0:2",
+                               "follower.replication.throttled.replicas": "0:3"}
+    assert "topics/b" not in thr and set(thr) == {"topics/a", "brokers/1", "brokers/2", "brokers/3"}
+    assert env.kplan("apply", "--zk", env.connect, "--plan", str(plan_dir), "--throttle", "100MB", "--poll",
+                     "0.2") == 0
+    env.check.assert_nothing_lost(rf_of(env.desc), FINAL)
