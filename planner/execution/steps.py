@@ -4,6 +4,7 @@ session, run the executor or verifier, write the run folder's files. planner.api
 Files (the run folder is the plan folder's parent, `<run>/plan/` by convention; docs/APPLY.md):
     <run>/apply/progress.json   live progress of apply / cancel, replaced atomically at most once per poll
     <run>/apply/outcome.json    how the last apply / cancel ended
+    <run>/verify/progress.json  live progress of verify
     <run>/report.json           verify's report
 Nothing is written anywhere for a dry run, and nothing for input that is refused before connecting.
 """
@@ -93,5 +94,7 @@ def verify(zk: str, plan_path: Path | str, options: VerifyOptions, *, auth: tupl
     plan = load_plan(plan_path)
     if options.report is None:
         options.report = run_folder(plan_path) / "report.json"
+    if options.progress_file is None:
+        options.progress_file = run_folder(plan_path) / "verify" / "progress.json"
     with zkmod.session(zk, auth=auth, timeout=connect_timeout) as client:
         return Verifier(client, plan, options, progress).verify()
