@@ -101,6 +101,7 @@ def test_throttled_multi_batch_drain_with_real_data_killed_and_resumed(real, tmp
     data_batches = [b for b in plan.plan.batches if b.kind == "data"]
     assert len(data_batches) == 4 and plan.plan.batches[0].kind == "leadership"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    admin = zk.exists("/admin").cversion  # +1 per create and per delete of a child: 2 per reassignment or election
     proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "apply", "--zk", sb.connect_string, "--plan",
                              str(run.plan), "--throttle", "1000000", "--poll", "0.2", "--connect-timeout", "1"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -120,6 +121,7 @@ def test_throttled_multi_batch_drain_with_real_data_killed_and_resumed(real, tmp
                                          lock_wait=30, wait=180))
     assert applied.state == "completed" and applied.resumed
     assert applied.batches_submitted == 2  # batches 3 and 4; batch 2 was already submitted and is not again
+    assert zk.exists("/admin").cversion - admin == 2 * (5 + 1)  # 5 batches and 1 election, each created once
     verified = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=run.plan, timeout=60, poll=0.5))
     assert verified.converged
     for m in plan.plan.moves:

@@ -296,6 +296,11 @@ class Executor:
             run.event(f"resumed by {self.command} (pid {run.doc['holder']['pid']})")
         self.run = run
         self._save(run)
+        unthrottled = [u.label for u in plan.units if u.kind == "data" and u.bytes and not self.rate(u)
+                       and run.unit_state(u.index) == rs.PENDING]
+        if unthrottled and not any("no replication throttle" in w for w in self.warnings):
+            self.warn(f"no replication throttle: {len(unthrottled)} data batches copy at full speed (give a throttle, "
+                      "e.g. --throttle 50MB)")
         self.progress(run.state, force=True)
         try:
             if run.state in (rs.CANCELLING, rs.REVERTING) or self._cancel_request():
