@@ -47,7 +47,7 @@ with DAG(
         "sweep": Param(False, type="boolean", title="Also assess every broker and rack",
                        description="Adds the single-broker and single-rack sweep to the risk report"),
         "throttle": Param(None, type=["null", "integer"], minimum=1, title="Throttle (bytes/s)",
-                          description="Replication throttle while data moves; empty = none"),
+                          description="Replication throttle while data moves; empty = the plan's suggested rate, if any"),
         "max_concurrent_per_broker": Param(5, type="integer", minimum=1, maximum=1000,
                                            title="Max concurrent moves per broker"),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)",

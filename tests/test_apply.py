@@ -238,3 +238,26 @@ def test_a_second_apply_is_refused_naming_the_holder(cluster, tmp_path, capsys):
     assert f"pid {__import__('os').getpid()}" in err
     assert first.result() == 0
     env.check.assert_nothing_lost(rf_of(env.desc), FINAL)
+
+
+def test_verify_names_a_foreign_reassignment_in_the_way_and_leaves_it(cluster, tmp_path, capsys):
+    env = cluster(drain_desc())
+    plan_dir = tmp_path / "run" / "plan"
+    drain_plan(plan_dir)
+    # Someone else moves a-0 (a partition of the plan) onto broker 9, which does not exist: stuck for good.
+    foreign = b'{"version":1,"partitions":[{"topic":"a","partition":0,"replicas":[1,9]}]}'
+    env.zk.create("/admin/reassign_partitions", foreign)
+    poll(lambda: env.check.topic("a").get("adding_replicas"), what="the controller to start the foreign move")
+    capsys.readouterr()
+    assert env.kplan("verify", "--zk", env.connect, "--plan", str(plan_dir), "--timeout", "0.5", "--poll", "0.1") == 1
+    err = capsys.readouterr().err
+    assert "a-0: a foreign reassignment in the way: /admin/reassign_partitions moves it to [1, 9]" in err
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["converged"] is False and report["partitions"] == {"converged": 0, "total": 3}
+    stalled = {s["partition"]: " ".join(s["reasons"]) for s in report["stalled"]}
+    assert set(stalled) == {"a-0", "a-1", "b-0"}
+    assert "target broker 9 not registered" in stalled["a-0"]
+    for k in ("a-1", "b-0"):  # nothing of this run was applied: the znode blocks its first batch
+        assert "a foreign reassignment in the way: /admin/reassign_partitions holds other partitions" in stalled[k]
+    assert env.zk.get("/admin/reassign_partitions")[0] == foreign  # left untouched
+    assert env.check.throttles() == {} and env.check.lock_holders() == []

@@ -416,6 +416,9 @@ class ApplyOperator(BaseOperator):
         except BaseException:
             runs.update_review(run, status="apply failed")
             raise
+        if out.state in ("cancelled", "reverted"):  # `kplan cancel` stopped it: the plan is not fully applied
+            runs.update_review(run, status=f"apply {out.state}", apply_state=out.state)
+            raise AirflowFailException(f"apply of {out.plan_id}: {out.message or out.state}")
         runs.update_review(run, status="applied", apply_state=out.state)
         self.log.info("apply of %s: %s (%s/%s batches)", out.plan_id, out.state, out.batches_done, out.batches_total)
         return {"plan_id": out.plan_id, "state": out.state, "batches_done": out.batches_done,
@@ -423,11 +426,9 @@ class ApplyOperator(BaseOperator):
 
 
 def _request(cls: type[T], fields: dict[str, Any]) -> T:
-    """Build a request from the fields it declares (None means: the library's default)."""
-    import dataclasses
-
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    return cls(**{k: v for k, v in fields.items() if k in names and v is not None})
+    """Build a request (None means: the library's default). A field the request does not declare is a
+    TypeError here, never silently dropped."""
+    return cls(**{k: v for k, v in fields.items() if v is not None})
 
 
 class VerifyOperator(BaseOperator):
@@ -447,15 +448,18 @@ class VerifyOperator(BaseOperator):
         run = run_folder(context)
         target = _zk(self.zk_conn_id)
         # report.json goes to the run folder (the library's default for a plan in <run>/plan)
+        # fail=False: a timeout returns converged=False (report.json written) so the review record says so
         req = _request(api.VerifyRequest, {"zk": target.connect, "plan": run.plan, "timeout": float(self.timeout),
-                                           "auth": target.auth})
+                                           "auth": target.auth, "fail": False})
         runs.update_review(run, status="verifying")
         out = call("verify", api.verify, req, progress=_log_progress(self))
         if not out.converged:
             runs.update_review(run, status="not converged")
-            pending = ", ".join(f"{t}-{p}" for t, p in out.pending[:20])
+            stalled = out.report.get("stalled") or []
+            why = "; ".join(f"{s['partition']}: {', '.join(s['reasons'])}" for s in stalled[:20])
+            more = f" (and {len(stalled) - 20} more)" if len(stalled) > 20 else ""
             raise AirflowFailException(f"the cluster did not converge to plan {out.plan_id} within "
-                                       f"{self.timeout} s; pending: {pending or 'see report.json'}")
+                                       f"{self.timeout} s; stalled: {why or 'see report.json'}{more}")
         runs.update_review(run, status="verified")
         return {"plan_id": out.plan_id, "converged": out.converged}
 
@@ -473,9 +477,12 @@ class ReportOperator(BaseOperator):
         report = runs.read_json(run.report) or {}
         self.log.info("%s\nverification: %s", sm.text_report(plan, []), json.dumps(report, indent=1, default=str))
         runs.update_review(run, status="done", report=str(run.report) if report else None)
-        keys = ("converged", "partitions_converged", "partitions_total", "offline", "under_replicated",
-                "seconds_to_converge")
-        return {"plan_id": plan.id, **{k: report[k] for k in keys if k in report}}
+        parts = report.get("partitions") or {}
+        figures = {"converged": report.get("converged"), "partitions_converged": parts.get("converged"),
+                   "partitions_total": parts.get("total"), "offline": report.get("offline_count"),
+                   "under_replicated": report.get("under_replicated_count"),
+                   "seconds_to_converge": report.get("seconds_to_converge")}
+        return {"plan_id": plan.id, **{k: v for k, v in figures.items() if v is not None}}
 
 
 class IdleCheckOperator(BaseOperator):
