@@ -95,14 +95,16 @@ def detection_trial(work: Path, i: int) -> dict:
             (plan_dir / name).write_text(json.dumps({"version": 1, "partitions": [
                 {"topic": "t", "partition": m["partition"], "replicas": m[key]} for m in moves]}))
         result: dict = {}
+        polling = threading.Event()
 
         def run_verify() -> None:
             result["v"] = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=plan_dir, timeout=60, poll=1.0,
-                                                       elect=False))
+                                                       elect=False), progress=lambda p: polling.set())
 
         th = threading.Thread(target=run_verify)
         th.start()
-        time.sleep(0.3)  # verify is polling before anything moves
+        if not polling.wait(30):  # verify has read the cluster once (nothing converged) before anything moves
+            raise RuntimeError("verify did not start polling within 30 s")
         api.apply(api.ApplyRequest(zk=sb.connect_string, plan=plan_dir, throttle=4_000_000, poll=1.0))
         th.join(60)
         report = result["v"].report

@@ -9,6 +9,7 @@ released.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from apply_support import FINAL, MB, Background, drain_desc, drain_plan, make_cluster, poll, rf_of
@@ -21,7 +22,7 @@ def cluster(tmp_path, zk_connect):
     yield from make_cluster(tmp_path, zk_connect)
 
 
-def test_drain_applies_batches_in_order_with_kafka_style_throttles_then_verifies(cluster, tmp_path):
+def test_drain_applies_batches_in_order_with_kafka_style_throttles_then_verifies(cluster, tmp_path, capsys):
     env = cluster(drain_desc(size=24 * MB), link_rate=1e9)
     plan = drain_plan(tmp_path / "run" / "plan", size=24 * MB)
     # An operator's throttles from before the run: they must survive it untouched.
@@ -43,6 +44,20 @@ def test_drain_applies_batches_in_order_with_kafka_style_throttles_then_verifies
                                       "--throttle", "12MB", "--poll", "0.2"))
     poll(watch_throttles, timeout=60, what="every batch completed", every=0.02)
     assert bg.result() == 0
+    # The progress line (stderr, one line per change when not a terminal): partitions, bytes, rate, ETA.
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("apply: running · batches 0/3 · partitions 0/3 · 0 B/72.0 MB")
+    assert any("batch 1 in flight" in x for x in lines)
+    after_first = next(x for x in lines if "partitions 1/3" in x)  # a-0 (24 MB) done: a rate and an ETA
+    assert "24.0 MB/72.0 MB" in after_first and re.search(r" [\d.]+ [kMG]?B/s · ETA \d+:\d\d:\d\d$", after_first)
+    assert lines[-1].startswith("apply: completed · batches 3/3 · partitions 3/3 · 72.0 MB/72.0 MB")
+    # ... and what another process reads (the review UI): the last progress record and the outcome.
+    prog = json.loads((tmp_path / "run" / "apply" / "progress.json").read_text())
+    assert (prog["state"], prog["units_done"], prog["units_total"], prog["done"], prog["total"]) == (
+        "completed", 3, 3, 3, 3)
+    assert prog["bytes_done"] == prog["bytes_total"] == 3 * 24 * MB
+    outcome = json.loads((tmp_path / "run" / "apply" / "outcome.json").read_text())
+    assert (outcome["state"], outcome["units_submitted"], outcome["resumed"]) == ("completed", 3, False)
     # Throttles while each data batch was in flight, as Kafka's tool computes them: current replicas are
     # leader-throttled, added ones follower-throttled, every source and destination broker rate-limited.
     r = "12000000"
