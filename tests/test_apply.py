@@ -276,3 +276,34 @@ def test_verify_names_a_foreign_reassignment_in_the_way_and_leaves_it(cluster, t
         assert "a foreign reassignment in the way: /admin/reassign_partitions holds other partitions" in stalled[k]
     assert env.zk.get("/admin/reassign_partitions")[0] == foreign  # left untouched
     assert env.check.throttles() == {} and env.check.lock_holders() == []
+
+
+def test_the_planners_suggested_throttle_is_applys_default(cluster, tmp_path, capsys):
+    """A plan from the real planner (issue 11) with sizes: each data batch's suggested_throttle_bytes_per_s is
+    the rate apply writes for it; --throttle overrides it."""
+    from planner import api
+
+    env = cluster(drain_desc(size=24 * MB))
+    run = api.RunFolder(tmp_path / "run")
+    api.snapshot(api.SnapshotRequest(zk=env.connect, out=run.snapshot, sizes=env.sb.dir / "logdirs.json"))
+    plan = api.plan_drain(api.DrainRequest(snapshot=run.snapshot, out=run.plan, brokers=(1,), batch_seconds=10,
+                                           max_concurrent_per_broker=1)).plan
+    data = [b for b in plan.batches if b.kind == "data"]
+    # each data batch copies one 24 MB partition: 24 MB into its busiest broker in the plan's 10 s
+    assert len(data) == 3 and {b.suggested_throttle_bytes_per_s for b in data} == {24 * MB // 10}
+
+    def rates_per_submission(*extra: str) -> list[set[str]]:
+        capsys.readouterr()
+        assert env.kplan("apply", "--zk", env.connect, "--plan", str(run.plan), "--dry-run", *extra) == 0
+        out, rates = [], set()
+        for line in capsys.readouterr().out.splitlines():
+            if " /config/brokers/" in line:
+                rates |= set(re.findall(r'"(?:leader|follower)\.replication\.throttled\.rate":"(\d+)"', line))
+            elif " create /admin/reassign_partitions " in line:
+                out.append(rates)
+                rates = set()
+        return out
+
+    assert rates_per_submission() == [set()] + [{str(24 * MB // 10)}] * 3  # leadership batch: nothing copied
+    assert rates_per_submission("--throttle", "5MB") == [set()] + [{str(5 * MB)}] * 3
+    assert not env.check.exists("/kplan") and env.check.throttles() == {}

@@ -131,15 +131,9 @@ def _split(entries: Sequence[Entry], before: Sequence[tuple[int, ...]], limit: i
     return groups
 
 
-THROTTLE_KEYS = ("suggested_throttle_bytes_per_s", "throttle", "suggested_throttle")
-
-
 def _suggested(batch: Mapping[str, Any]) -> int | None:
-    """The plan's suggested throttle of a batch (issue 11 writes `suggested_throttle_bytes_per_s`)."""
-    for key in THROTTLE_KEYS:
-        if batch.get(key) is not None:
-            return _int_or_none(batch.get(key))
-    return None
+    """The plan's suggested throttle of a batch (`suggested_throttle_bytes_per_s`, issue 11; 0 or absent: none)."""
+    return _int_or_none(batch.get("suggested_throttle_bytes_per_s"))
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -169,12 +163,8 @@ def from_plan(plan: Any, max_concurrent: int | None = None) -> RunPlan:
     """Execution view of a `planner.plan_model.Plan` (read and checked by `read_plan`)."""
     moves = {(m.topic, m.partition): Move(m.topic, m.partition, m.from_replicas, m.to_replicas, m.bytes, m.kind)
              for m in plan.moves}
-    raw = {b["index"]: b for b in plan.doc.get("batches", ())}
-    batches = []
-    for b in plan.batches:
-        extra = raw.get(b.index, {})
-        batches.append((b.index, b.kind, [Entry(t, p, r) for (t, p), r in zip(b.partitions, b.replicas, strict=True)],
-                        _suggested(extra)))
+    batches = [(b.index, b.kind, [Entry(t, p, r) for (t, p), r in zip(b.partitions, b.replicas, strict=True)],
+                _int_or_none(b.suggested_throttle_bytes_per_s)) for b in plan.batches]
     return _build(plan.id, plan.kind, moves, batches, plan.parameters, plan.warnings, max_concurrent,
                   str(plan.path or ""))
 
