@@ -256,6 +256,7 @@ def test_rebalance_reaches_spread_one_with_the_lower_bound_moves(tmp_path_factor
         # (otherwise partitions must move for their topic's leaders to spread, which the count bound ignores)
         assert max(c.values()) - min(c.values()) <= 1, c
         assert moves <= max(lower, math.floor(1.05 * lower)), (moves, lower)
+        assert lower <= doc["summary"]["lower_bound_moves"] <= moves, (doc["summary"], lower, moves)
     caps = {t: math.ceil(sum(1 for k in spec.assignment if k[0] == t) / len(brokers)) for t in spec.topics()}
     _check_leaders(spec, final, set(), set(brokers), doc, caps)
 

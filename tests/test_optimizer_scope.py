@@ -239,6 +239,8 @@ def test_skewed_rebalance_levels_counts_and_every_topics_leaders(tmp_path):
         deficiency += len(keys) - _b_matching([before[k] for k in keys], dict.fromkeys(brokers, cap))
     moves = sum(len(set(final[k]) - set(before[k])) for k in before)
     assert moves == doc["summary"]["replica_moves"]
+    # the plan's own lower bound is that one: a bound, not the moves it made
+    assert doc["summary"]["lower_bound_moves"] == max(count_bound, deficiency) <= moves
     assert max(count_bound, deficiency) <= moves <= 1.05 * max(count_bound, deficiency), (moves, count_bound,
                                                                                           deficiency)
 

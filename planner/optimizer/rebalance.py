@@ -49,10 +49,20 @@ NO_LIMIT = 1 << 62
 REPLAN_LIMIT = 50_000  # partitions: up to here the leadership witness is re-planned every round
 
 
+def _count_bound(counts: np.ndarray, total: int, mode: str) -> int:
+    """Moves any plan needs to level `counts` (eligible brokers, before) to `total` replicas: each move takes
+    one replica off one broker. Spread <= 1 (count mode) leaves ceil(mean) on the brokers that hold the most;
+    at most ceil(mean) per broker (bytes mode)."""
+    lo, hi = band(total, len(counts))
+    ranked = np.sort(counts)[::-1]
+    target = np.where(np.arange(len(ranked)) < total - lo * len(ranked), hi, lo) if mode == "count" else hi
+    return int(np.maximum(0, ranked - target).sum())
+
+
 @dataclass
 class RebalanceInfo:
     mode: str
-    lower_bound_moves: int          # R1 without budget (count mode), else sum of count excesses
+    lower_bound_moves: int          # max(count bound, leader-cap deficiency): no plan reaching both needs fewer
     excess_over_ceil_mean: int      # the issue's formula: sum over brokers of max(0, count - ceil(mean))
     lower_bound_bytes: int | None   # sum over brokers of max(0, bytes - mean) when sizes are known
     repair_moves: int               # moves made so that every topic's leaders can spread
@@ -69,6 +79,7 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
     final = pb.replicas.copy()
     e_idx = np.flatnonzero(eligible)
     counts = broker_counts(final, B)
+    counts0 = counts[e_idx].copy()
     lo, hi = band(int(counts[e_idx].sum()), len(e_idx))
     excess = int(np.maximum(0, counts[e_idx] - hi).sum())
     lb_bytes = None
@@ -85,8 +96,7 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
     budget_m = max_moves if max_moves is not None else BIG_CAP
     budget_b = max_bytes if max_bytes is not None else NO_LIMIT
     unreached: list[str] = []
-    repair, stopped = leader_caps(pb, st, eligible, budget_m, budget_b, unreached)
-    lb = _r1(pb, st, eligible, None)[2] if mode == "count" else excess
+    repair, stopped, deficiency = leader_caps(pb, st, eligible, budget_m, budget_b, unreached)
     rounds = _count_rounds(pb, st, eligible, budget_m, budget_b, mode=mode)
     if mode == "bytes":
         # level bytes with few large moves, then level counts again with the smallest replicas (cheap in
@@ -98,7 +108,8 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
                 break
             rounds += _count_rounds(pb, st, eligible, budget_m, budget_b, mode=mode)
             rounds += level_bytes(pb, st, eligible, budget_m, budget_b)
-    return st.final, RebalanceInfo(mode, int(lb) + repair, excess, lb_bytes, repair, rounds, unreached,
+    lb = max(_count_bound(counts0, int(broker_counts(st.final, B)[e_idx].sum()), mode), deficiency)
+    return st.final, RebalanceInfo(mode, lb, excess, lb_bytes, repair, rounds, unreached,
                                    leader_topics_stopped=stopped)
 
 

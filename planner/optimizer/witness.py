@@ -70,11 +70,14 @@ def witness(pb: Problem, st: State, eligible: np.ndarray, avoid: np.ndarray | No
 
 
 def leader_caps(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, budget_b: int,
-                unreached: list[str]) -> tuple[int, list[str]]:
+                unreached: list[str]) -> tuple[int, list[str], int]:
     """Per topic cap ceil(partitions / brokers); partitions that no leader assignment can serve get one
     replica moved (`repair`); a topic where even that fails gets its cap raised by one, and so on. A topic
     whose repair the move or byte budget stops keeps its cap but not its witness: it is named in `unreached`
-    and returned. Returns (moves made, topics the budget stopped)."""
+    and returned. Returns (moves made, topics the budget stopped, deficiency): the deficiency is a lower bound
+    on the moves any plan needs for the caps: the partitions the first (maximum) witness leaves unserved in
+    the topics whose cap stayed put, since a replica move adds one partition-broker pair and so serves at most
+    one more partition."""
     T = len(pb.topic_names)
     n_e = max(1, int(eligible.sum()))
     n_t = np.bincount(pb.topic_of, minlength=T)
@@ -82,11 +85,15 @@ def leader_caps(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, bud
     st.cap[pb.excluded_topic] = BIG_CAP
     made = 0
     stopped = np.zeros(T, dtype=bool)
+    cap0 = st.cap.copy()
+    first: np.ndarray | None = None
     for _ in range(int(n_t.max(initial=0)) + 1):
         witness(pb, st, eligible)
         rows = np.flatnonzero(~pb.fixed & (st.lead < 0) & ((st.final >= 0) & eligible[np.maximum(st.final, 0)])
                               .any(axis=1))
         rows = rows[~stopped[pb.topic_of[rows]]]
+        if first is None:
+            first = rows
         if not len(rows):
             break
         done, by_budget, unserved = repair(pb, st, eligible, rows, budget_m, budget_b)
@@ -101,7 +108,8 @@ def leader_caps(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, bud
         shown = ", ".join(names[:10]) + (f" (+{len(names) - 10} more)" if len(names) > 10 else "")
         unreached.append(f"{len(names)} topics keep more preferred leaders on a broker than ceil(partitions / "
                          f"brokers): the move budget ran out before the replica moves that spread them ({shown})")
-    return made, names
+    deficiency = 0 if first is None else int((st.cap[pb.topic_of[first]] == cap0[pb.topic_of[first]]).sum())
+    return made, names, deficiency
 
 
 def repair(pb: Problem, st: State, eligible: np.ndarray, rows: np.ndarray, budget_m: int, budget_b: int,
