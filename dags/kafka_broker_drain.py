@@ -46,6 +46,12 @@ with DAG(
                                description="controlled = graceful stop, failure = kill; both scores each"),
         "sweep": Param(False, type="boolean", title="Also assess every broker and rack",
                        description="Adds the single-broker and single-rack sweep to the risk report"),
+        "leader_scope": Param("touched", enum=["touched", "all"], title="Leader scope",
+                              description="touched = only partitions the drain moves may get a new preferred "
+                              "leader (least leadership churn); all = re-level preferred leaders cluster-wide"),
+        "max_leader_changes": Param(None, type=["null", "integer"], minimum=0, title="Max leader changes",
+                                    description="Budget of preferred-leader changes, necessary ones included; "
+                                    "empty = none"),
         "throttle": Param(None, type=["null", "integer"], minimum=1, title="Throttle (bytes/s)",
                           description="Replication throttle while data moves; empty = the plan's suggested rate, if any"),
         "max_concurrent_per_broker": Param(5, type="integer", minimum=1, maximum=1000,
@@ -66,7 +72,8 @@ with DAG(
     plan = DrainPlanOperator(task_id="plan", brokers="{{ params.brokers }}",
                              exclude_topics="{{ params.exclude_topics }}",
                              max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}",
-                             sizes="{{ params.sizes }}", **READ_ONLY)
+                             sizes="{{ params.sizes }}", leader_scope="{{ params.leader_scope }}",
+                             max_leader_changes="{{ params.max_leader_changes }}", **READ_ONLY)
     risk_after = RiskOperator(task_id="risk_after", drains="{{ params.brokers }}",
                               mode="{{ params.shutdown_mode }}", after_plan=True, **READ_ONLY)
     publish = PublishOperator(task_id="publish", require_approval="{{ params.require_approval }}")

@@ -48,7 +48,8 @@ heavy = [m for m in ("ortools", "pyspark", "kazoo", "pandas", "pyarrow", "numpy"
 d = bag.dags["kafka_broker_drain"]
 print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dags),
                   "heavy": heavy, "seconds": time.perf_counter() - t,
-                  "brokers": d.params.get_param("brokers").schema, "retries": {t.task_id: t.retries for t in d.tasks},
+                  "brokers": d.params.get_param("brokers").schema,
+                  "leader_scope": d.params.get_param("leader_scope").schema, "retries": {t.task_id: t.retries for t in d.tasks},
                   "pools": {t.task_id: t.pool for t in d.tasks},
                   "approval": [d.get_task("approve").defaults, d.get_task("approve").response_timeout.total_seconds(),
                                type(d.get_task("approve")).__mro__[1].__name__],
@@ -64,6 +65,7 @@ print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "
     assert r["dags"] == [DRAIN, REBALANCE]
     assert r["heavy"] == [], f"DAG files imported {r['heavy']} at parse time"
     assert r["brokers"]["type"] == "array" and r["brokers"]["minItems"] == 1 and r["brokers"]["uniqueItems"]
+    assert r["leader_scope"]["enum"] == ["touched", "all"]
     assert r["retries"]["apply"] == 0 and r["retries"]["snapshot"] > 0 and r["retries"]["verify"] > 0
     assert r["pools"]["apply"] == r["pools"]["verify"] == "kplan_apply"
     # no answer in time -> the scheduler takes the defaults as the answer: Reject
@@ -102,7 +104,8 @@ def test_drain_end_to_end(env, drain_run):
     # replica on broker 1 is moved, and its target leaves broker 1 with the same replication factor.
     on_1 = {k for k, r in start.items() if 1 in r}
     moved = {(m["topic"], m["partition"]): m for m in plan["moves"]}
-    assert on_1 <= set(moved)
+    # the form's default leader scope: only those partitions change, not even a preferred leader elsewhere
+    assert plan["parameters"]["leader_scope"] == "touched" and set(moved) == on_1
     for k in on_1:
         assert 1 not in moved[k]["to"] and len(moved[k]["to"]) == len(start[k])
     # The approval showed the plan, the risk before and after, and the plan page's link.

@@ -96,7 +96,15 @@ def test_plan_page_and_json(plugin):
     total = sum(len(p["replicas"]) for t in CLUSTER["topics"] for p in t["partitions"])
     assert sum(b["replicas_before"]) == total
     assert [x["index"] for x in d["batches"]] == [x.index for x in plan.batches]
+    # the leadership trade, against the cluster description: a drain of 1 must give every partition led by
+    # broker 1 a new preferred leader, and the default scope touches no partition without a replica on 1
+    lead = d["figures"]["leadership"]
+    parts = [p["replicas"] for t in CLUSTER["topics"] for p in t["partitions"]]
+    assert lead["scope"] == "touched" and lead["alternative"]["scope"] == "all"
+    assert lead["necessary"] == sum(r[0] == 1 for r in parts)
+    assert lead["necessary"] <= lead["changes"] <= sum(1 in r for r in parts)
     html = c.get(f"/kafka-plans/runs/{DAG}/{key}")
+    assert f"Preferred leaders: scope touched: {lead['changes']} changes" in html.text
     assert html.status_code == 200
     assert "/kafka-plans/static/plotly.min.js" in html.text and "chart-replicas" in html.text
     assert "reassignment.json" in html.text and "rollback.json" in html.text

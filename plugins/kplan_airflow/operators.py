@@ -193,16 +193,20 @@ class RiskOperator(SparkSubmitOperator):
 class DrainPlanOperator(BaseOperator):
     """OR-Tools plan that empties `brokers` (<run>/plan). Unknown brokers or an infeasible drain fail here."""
 
-    template_fields: Sequence[str] = ("brokers", "exclude_topics", "max_concurrent_per_broker", "sizes")
+    template_fields: Sequence[str] = ("brokers", "exclude_topics", "max_concurrent_per_broker", "sizes",
+                                      "leader_scope", "max_leader_changes")
     ui_color = "#eefde8"
 
     def __init__(self, *, brokers: Any, exclude_topics: str | None = None, max_concurrent_per_broker: Any = 5,
-                 sizes: str | None = None, **kwargs: Any) -> None:
+                 sizes: str | None = None, leader_scope: str = "touched", max_leader_changes: Any = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.brokers = brokers
         self.exclude_topics = exclude_topics
         self.max_concurrent_per_broker = max_concurrent_per_broker
         self.sizes = sizes
+        self.leader_scope = leader_scope
+        self.max_leader_changes = max_leader_changes
 
     def execute(self, context: Context) -> dict[str, Any]:
         run = run_folder(context)
@@ -213,7 +217,10 @@ class DrainPlanOperator(BaseOperator):
         req = api.DrainRequest(snapshot=run.snapshot, out=run.plan, brokers=_ints(self.brokers, "brokers"),
                                exclude_topics=self.exclude_topics or None,
                                max_concurrent_per_broker=int(self.max_concurrent_per_broker),
-                               sizes=Path(self.sizes) if self.sizes else None)
+                               sizes=Path(self.sizes) if self.sizes else None,
+                               leader_scope=str(self.leader_scope or "touched"),
+                               max_leader_changes=None if self.max_leader_changes in (None, "", "None")
+                               else int(self.max_leader_changes))
         if not req.brokers:
             raise AirflowFailException("brokers is empty: name at least one broker to drain")
         out = call("plan", api.plan_drain, req, progress=_log_progress(self))

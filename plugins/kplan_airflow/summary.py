@@ -66,7 +66,45 @@ def plan_figures(plan: Any) -> dict[str, Any]:
         "leadership_batches": len(plan.batches) - data_batches,
         "max_concurrent_per_broker": plan.parameters.get("max_concurrent_per_broker"),
         "warnings": list(plan.warnings),
+        "leadership": leadership_trade(plan),
+        "hot_spots": [dict(h) for h in (plan.hot_spots or {}).get("brokers", ())],
     }
+
+
+def leadership_trade(plan: Any) -> dict[str, Any] | None:
+    """The leader scope the plan used, its necessary / optional preferred-leader changes, and what the other
+    scope would reach on the same placement (plans written before leader scopes existed: None)."""
+    lead = plan.leadership or {}
+    if not lead.get("scope"):
+        return None
+    alt = lead.get("alternative") or {}
+    return {"scope": lead["scope"], "changes": lead.get("leadership_changes"), "necessary": lead.get("necessary"),
+            "optional": lead.get("optional"), "leader_spread_after": lead.get("leader_spread_after"),
+            "max_changes": lead.get("max_changes"),
+            "alternative": {"scope": alt.get("scope"), "changes": alt.get("leadership_changes"),
+                            "leader_spread_after": alt.get("leader_spread_after")} if alt else None}
+
+
+def leadership_line(f: Mapping[str, Any]) -> str:
+    """One line on the leadership trade, e.g. "scope touched: 12 changes (10 necessary, 2 optional), leader
+    spread 3; scope all would make 420 changes for spread 1"."""
+    t = f.get("leadership")
+    if not t:
+        return f"{f['leadership_changes']} changes"
+    line = (f"scope {t['scope']}: {t['changes']} changes ({t['necessary']} necessary, {t['optional']} optional), "
+            f"leader spread {t['leader_spread_after']}")
+    if t.get("max_changes") is not None:
+        line += f", budget {t['max_changes']}"
+    alt = t.get("alternative")
+    if alt and alt.get("scope"):
+        line += f"; scope {alt['scope']} would make {alt['changes']} changes for spread {alt['leader_spread_after']}"
+    return line
+
+
+def hot_spot_line(h: Mapping[str, Any]) -> str:
+    rack = f" ({h['rack']})" if h.get("rack") else ""
+    return (f"hot spot: broker {h['broker']}{rack} "
+            f"{h['excess_pct']:+.1f}% {h['metric']} vs the mean ({h['reason']}: {h['detail']})")
 
 
 def title(plan: Any) -> str:
@@ -91,7 +129,7 @@ def approval_body(plan: Any, pairs: list[dict[str, Any]], url: str | None, reaso
         "",
         f"- replica moves: **{f['replica_moves']}** ({f['partitions_moved']} partitions, "
         f"{human_bytes(f['bytes_moved'])}); lower bound {f['lower_bound_moves']}",
-        f"- leadership changes: {f['leadership_changes']} ({f['leader_only_partitions']} reorders without data)",
+        f"- preferred-leader changes: {leadership_line(f)} ({f['leader_only_partitions']} reorders without data)",
         f"- replica spread {f['replica_spread'][0]} → {f['replica_spread'][1]}, preferred-leader spread "
         f"{f['leader_spread'][0]} → {f['leader_spread'][1]}",
         f"- batches: {f['leadership_batches']} leadership + {f['data_batches']} data "
@@ -99,6 +137,8 @@ def approval_body(plan: Any, pairs: list[dict[str, Any]], url: str | None, reaso
     ]
     for w in f["warnings"]:
         lines.append(f"- ⚠ {w}")
+    for h in f["hot_spots"]:
+        lines.append(f"- ⚠ {hot_spot_line(h)}")
     if reason:
         lines += ["", f"Review needed: {reason}"]
     lines += ["", "| scenario | before | after the plan |", "|---|---|---|"]
@@ -119,9 +159,11 @@ def text_report(plan: Any, pairs: list[dict[str, Any]]) -> str:
     out = [f"{title(plan)}: plan {plan.id}",
            f"  replica moves {f['replica_moves']} ({f['partitions_moved']} partitions, "
            f"{human_bytes(f['bytes_moved'])}; lower bound {f['lower_bound_moves']})",
-           f"  leadership changes {f['leadership_changes']}; replica spread {f['replica_spread'][0]} -> "
-           f"{f['replica_spread'][1]}; leader spread {f['leader_spread'][0]} -> {f['leader_spread'][1]}",
-           f"  batches {f['leadership_batches']} leadership + {f['data_batches']} data", "",
+           f"  preferred leaders: {leadership_line(f)}",
+           f"  replica spread {f['replica_spread'][0]} -> {f['replica_spread'][1]}; leader spread "
+           f"{f['leader_spread'][0]} -> {f['leader_spread'][1]}",
+           f"  batches {f['leadership_batches']} leadership + {f['data_batches']} data",
+           *(f"  HOT SPOT {hot_spot_line(h)}" for h in f["hot_spots"]), "",
            f"  {'scenario':<34} {'before':<34} after the plan"]
     for row in pairs:
         out.append(f"  {row['name']:<34} {_cell(row['before']).replace('**', ''):<34} "

@@ -109,13 +109,18 @@ def plan_page(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
     sizes = {(m.topic, m.partition): m.bytes for m in plan.moves}
     batches = []
     for b in plan.batches:
-        known = [sizes.get(k) for k in b.partitions]
-        nbytes = sum(x for x in known if x) if b.kind == "data" and None not in known else None
+        nbytes = b.bytes
+        if nbytes is None:  # plans written before batches carried their bytes
+            known = [sizes.get(k) for k in b.partitions]
+            nbytes = sum(x for x in known if x) if b.kind == "data" and None not in known else None
         batches.append({"index": b.index, "kind": b.kind, "partitions": len(b.partitions), "bytes": nbytes,
-                        "file": f"batch-{b.index:03d}.json"})
+                        "file": b.file or f"batch-{b.index:03d}.json",
+                        "throttle": b.suggested_throttle_bytes_per_s})
+    figures = sm.plan_figures(plan)
+    figures["leadership_text"] = sm.leadership_line(figures)
     return {
         "dag_key": dag_key, "run_key": run_key, "review": review, "title": sm.title(plan),
-        "figures": sm.plan_figures(plan), "summary": dict(plan.summary),
+        "figures": figures, "summary": dict(plan.summary),
         "scenarios": sm.scenario_pairs(after, before),
         "risk_levels": {"before": (after or before or {}).get("level_by_state", {}).get("current"),
                         "after": (after or {}).get("level_by_state", {}).get("plan")},
