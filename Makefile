@@ -37,7 +37,7 @@ airflow: setup
 
 test: setup
 	$(BIN)/ruff check planner spark dags plugins tests bench
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=25 tests
 
 lint: setup
 	$(BIN)/ruff check planner spark dags plugins tests bench
