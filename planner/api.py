@@ -43,7 +43,7 @@ __all__ = [
     "ApplyOutcome", "ApplyRequest", "CancelOutcome", "CancelRequest", "DrainRequest", "PlanOutcome", "Progress",
     "RebalanceRequest", "RiskOutcome", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
     "VerifyOutcome", "VerifyRequest", "apply", "cancel", "plan_drain", "plan_rebalance", "read_plan",
-    "read_snapshot", "risk", "snapshot", "verify",
+    "read_snapshot", "risk", "snapshot", "verify", "verify_report_text",
 ]
 
 log = logging.getLogger(__name__)
@@ -388,6 +388,14 @@ def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyO
         return VerifyOutcome(getattr(e, "path", None), report.get("plan_id", ""), False, pending,
                              tuple(report.get("warnings", ())), report)
     return VerifyOutcome(r.path, r.plan_id, True, (), tuple(r.warnings), r.report)
+
+
+def verify_report_text(report: Mapping[str, Any]) -> str:
+    """A report.json as `kplan verify` prints it (a table), for callers that present it: the Airflow report
+    task and the demo."""
+    from planner.execution.verify import table
+
+    return table(dict(report))
 
 
 def cancel(req: CancelRequest, *, progress: ProgressFn | None = None) -> CancelOutcome:

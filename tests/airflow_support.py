@@ -102,6 +102,48 @@ def assignment(zk_connect: str) -> dict[tuple[str, int], list[int]]:
         zk.close()
 
 
+@dataclass(frozen=True)
+class ClusterState:
+    """What ZooKeeper says, raw: assignments, (leader, isr) per partition, every replication-throttle key set
+    on a topic or a broker, and whether a reassignment is in flight."""
+
+    assignment: dict[tuple[str, int], list[int]]
+    leader_isr: dict[tuple[str, int], tuple[int, list[int]]]
+    throttles: dict[str, list[str]]
+    reassigning: bool
+
+
+THROTTLE_KEYS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
+                 "leader.replication.throttled.rate", "follower.replication.throttled.rate",
+                 "replica.alter.log.dirs.io.max.bytes.per.second")
+
+
+def cluster_state(zk_connect: str) -> ClusterState:
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=zk_connect, read_only=True)
+    zk.start(timeout=15)
+    try:
+        assign, lead = {}, {}
+        for topic in zk.get_children("/brokers/topics"):
+            data = json.loads(zk.get(f"/brokers/topics/{topic}")[0])
+            for p, replicas in data["partitions"].items():
+                assign[(topic, int(p))] = list(replicas)
+                st = json.loads(zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
+                lead[(topic, int(p))] = (int(st["leader"]), list(st["isr"]))
+        throttles = {}
+        for kind in ("topics", "brokers"):
+            for name in zk.get_children(f"/config/{kind}") if zk.exists(f"/config/{kind}") else []:
+                cfg = json.loads(zk.get(f"/config/{kind}/{name}")[0] or b"{}").get("config", {})
+                keys = sorted(k for k in cfg if k in THROTTLE_KEYS)
+                if keys:
+                    throttles[f"{kind}/{name}"] = keys
+        return ClusterState(assign, lead, throttles, zk.exists("/admin/reassign_partitions") is not None)
+    finally:
+        zk.stop()
+        zk.close()
+
+
 def znode_exists(zk_connect: str, path: str) -> bool:
     from kazoo.client import KazooClient
 

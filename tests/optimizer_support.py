@@ -152,7 +152,10 @@ def check_batch_files(doc: dict, spec: Spec, folder: Path, seconds: int) -> None
                 out[leader[(t, p)]] = out.get(leader[(t, p)], 0) + size * len(new)
         busiest = max([0, *into.values(), *out.values()])
         assert b["bytes"] == total
-        assert b["suggested_throttle_bytes_per_s"] == math.ceil(busiest / seconds), (b, busiest)
+        # bytes over the target duration, but never under 10 MiB/s (a follower throttled below its produce
+        # rate never catches up); nothing to copy: 0
+        want = max(math.ceil(busiest / seconds), 10 * 1024 * 1024) if busiest else 0
+        assert b["suggested_throttle_bytes_per_s"] == want, (b, busiest)
 
 
 def check_batches(doc: dict, spec: Spec, drained: set[int], limit: int) -> None:

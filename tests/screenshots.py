@@ -49,7 +49,7 @@ def main() -> int:
                 return "Approve"
 
             dr, _ = af.run_dag("kafka_broker_drain", {"brokers": [1], "sizes": str(sandbox.sizes)},
-                               decide=approve, mark_success="apply|verify|report")
+                               decide=approve)
             page = f"{base}/kafka-plans/runs/kafka_broker_drain/{runs.run_key(dr.run_id)}"
             shoot("kafka-plan-page.png", page, height=2000)
             shoot("kafka-plans-in-airflow.png", f"{base}/plugin/kafka-plans", settle=6, height=700)

@@ -1,6 +1,7 @@
 """The DAGs for real: DagBag import (no errors, no heavy imports), dag.test() of the drain and the nightly
 rebalance on a sandbox cluster with the risk tasks on a real Spark standalone master and worker, an approval
-answered through Airflow's REST API, and the refusals (bad form, unknown broker, rejected approval, busy
+answered through Airflow's REST API, the plans applied and verified (the cluster checked afterwards, then
+broker 1 killed: nothing offline), and the refusals (bad form, unknown broker, rejected approval, busy
 cluster) ending with nothing applied. The cluster is read straight from ZooKeeper to check what happened.
 
 One AIRFLOW_HOME (SQLite, migrated in process) and one sandbox for the module."""
@@ -19,7 +20,6 @@ from kplan_airflow import runs
 from planner.sandbox import Sandbox
 
 DRAIN, REBALANCE = "kafka_broker_drain", "kafka_nightly_rebalance"
-NOT_YET = "apply|verify|report"   # apply/verify come with issue 12; until then they are marked success
 
 
 @pytest.fixture(scope="module")
@@ -86,15 +86,29 @@ def test_invalid_form_is_refused_before_any_task(env, conf):
 
 @pytest.fixture(scope="module")
 def drain_run(env):
-    """One drain of broker 1, approved (Spark: spark_default = local[2])."""
+    """One drain of broker 1, approved, applied and verified (Spark: spark_default = local[2])."""
     start = af.assignment(env["zk"])
     dr, approver = af.run_dag(DRAIN, {"brokers": [1], "sizes": env["sizes"], "shutdown_mode": "both"},
-                              decide=lambda d: "Approve", mark_success=NOT_YET)
-    return {"dr": dr, "approver": approver, "start": start}
+                              decide=lambda d: "Approve")
+    return {"dr": dr, "approver": approver, "start": start, "end": af.cluster_state(env["zk"])}
+
+
+def check_applied(plan: dict, end: af.ClusterState, report: dict) -> None:
+    """The cluster, read raw from ZooKeeper, is exactly at the plan's targets: led, fully in sync, nothing
+    reassigning, no throttle left anywhere; and report.json says the same."""
+    for m in plan["moves"]:
+        k = (m["topic"], m["partition"])
+        assert end.assignment[k] == m["to"], (k, end.assignment[k], m["to"])
+        leader, isr = end.leader_isr[k]
+        assert leader in m["to"] and sorted(isr) == sorted(m["to"]), (k, leader, isr)
+    assert not end.reassigning and end.throttles == {}, end.throttles
+    assert report["converged"] is True
+    assert report["partitions"]["converged"] == report["partitions"]["total"] == len(plan["moves"])
+    assert report["offline_count"] == 0 and report["throttles_remaining"] == report["run_throttles_remaining"] == []
 
 
 def test_drain_end_to_end(env, drain_run):
-    dr, approver, start = drain_run["dr"], drain_run["approver"], drain_run["start"]
+    dr, approver, start, end = drain_run["dr"], drain_run["approver"], drain_run["start"], drain_run["end"]
     st = af.states(dr)
     assert str(dr.state) in ("success", "DagRunState.SUCCESS"), st
     assert all(v == "success" for v in st.values()), st
@@ -115,7 +129,26 @@ def test_drain_end_to_end(env, drain_run):
     after = json.loads((folder.risk_after / "summary.json").read_text())
     assert after["level_by_state"] == {"current": "critical", "plan": "low"}  # the RF=1 partitions move
     review = json.loads((folder.root / runs.REVIEW).read_text())
-    assert review["plan_id"] == plan["id"] and review["approved_by"]
+    assert review["plan_id"] == plan["id"] and review["approved_by"] and review["status"] == "done"
+    # applied and verified: the cluster holds nothing on broker 1 any more
+    check_applied(plan, end, json.loads(folder.report.read_text()))
+    assert not any(1 in r for r in end.assignment.values())
+    assert json.loads((folder.apply / "outcome.json").read_text())["state"] == "completed"
+
+
+def test_after_the_drain_killing_broker_1_takes_nothing_offline(env, drain_run):
+    """The incident, prevented: after the applied drain, a hard failure of broker 1 leaves every partition led
+    (before it, the RF=1 partitions on broker 1 went offline: leader -1)."""
+    sandbox = env["sandbox"]
+    sandbox.kill([1])
+    try:
+        after = af.cluster_state(env["zk"])
+        offline = sorted(k for k, (leader, _) in after.leader_isr.items() if leader < 0)
+        assert offline == [], offline
+        assert after.assignment == drain_run["end"].assignment
+    finally:
+        sandbox.start([1])
+        sandbox.wait_settled(60)
 
 
 def test_review_ui_in_headless_chromium(env, drain_run, tmp_path):
@@ -190,7 +223,7 @@ def test_unknown_broker_fails_the_run_early_and_applies_nothing(env):
 def test_nightly_rebalance_end_to_end(env):
     start = af.assignment(env["zk"])
     dr, approver = af.run_dag(REBALANCE, {"sizes": env["sizes"], "max_moves": 40},
-                              decide=lambda d: "Approve", mark_success=NOT_YET)
+                              decide=lambda d: "Approve")
     st = af.states(dr)
     assert all(v == "success" for v in st.values()), st
     folder = run_folder(dr)
@@ -198,6 +231,11 @@ def test_nightly_rebalance_end_to_end(env):
     assert plan["kind"] == "rebalance" and 0 < plan["summary"]["replica_moves"] <= 40
     for m in plan["moves"]:
         assert m["from"] == start[(m["topic"], m["partition"])]
+    end = af.cluster_state(env["zk"])
+    check_applied(plan, end, json.loads(folder.report.read_text()))
+    moved = {(m["topic"], m["partition"]) for m in plan["moves"]}
+    assert {k: r for k, r in end.assignment.items() if k not in moved} == {
+        k: r for k, r in start.items() if k not in moved}, "a partition outside the plan changed"
     # the sweep after the plan still finds the RF=1 topic critical: above the auto-approve level, so a
     # person was asked
     assert approver.answered == "Approve"

@@ -286,11 +286,11 @@ def test_the_planners_suggested_throttle_is_applys_default(cluster, tmp_path, ca
     env = cluster(drain_desc(size=24 * MB))
     run = api.RunFolder(tmp_path / "run")
     api.snapshot(api.SnapshotRequest(zk=env.connect, out=run.snapshot, sizes=env.sb.dir / "logdirs.json"))
-    plan = api.plan_drain(api.DrainRequest(snapshot=run.snapshot, out=run.plan, brokers=(1,), batch_seconds=10,
+    plan = api.plan_drain(api.DrainRequest(snapshot=run.snapshot, out=run.plan, brokers=(1,), batch_seconds=1,
                                            max_concurrent_per_broker=1)).plan
     data = [b for b in plan.batches if b.kind == "data"]
-    # each data batch copies one 24 MB partition: 24 MB into its busiest broker in the plan's 10 s
-    assert len(data) == 3 and {b.suggested_throttle_bytes_per_s for b in data} == {24 * MB // 10}
+    # each data batch copies one 24 MB partition: 24 MB into its busiest broker in the plan's 1 s
+    assert len(data) == 3 and {b.suggested_throttle_bytes_per_s for b in data} == {24 * MB}
 
     def rates_per_submission(*extra: str) -> list[set[str]]:
         capsys.readouterr()
@@ -304,6 +304,6 @@ def test_the_planners_suggested_throttle_is_applys_default(cluster, tmp_path, ca
                 rates = set()
         return out
 
-    assert rates_per_submission() == [set()] + [{str(24 * MB // 10)}] * 3  # leadership batch: nothing copied
+    assert rates_per_submission() == [set()] + [{str(24 * MB)}] * 3  # leadership batch: nothing copied
     assert rates_per_submission("--throttle", "5MB") == [set()] + [{str(5 * MB)}] * 3
     assert not env.check.exists("/kplan") and env.check.throttles() == {}

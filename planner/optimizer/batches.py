@@ -114,11 +114,18 @@ def _first_fit(orig: np.ndarray, final: np.ndarray, limit: int, n_brokers: int) 
     return [order[bounds[k]:bounds[k + 1]] for k in range(len(load)) if bounds[k + 1] > bounds[k]]
 
 
+# The lowest throttle the plan suggests. A rate of bytes / batch_seconds alone can be absurd for a small batch
+# (a 1 MB batch over an hour: 291 B/s), and a follower throttled below its partition's produce rate never
+# joins the ISR, so the batch stalls instead of finishing late. 10 MiB/s is well under what Kafka's docs use
+# as an example (50 MB/s) and above most single partitions' produce rates; --throttle overrides it.
+MIN_SUGGESTED_THROTTLE = 10 * 1024 * 1024
+
+
 def batch_traffic(pb: Problem, batches: list[Batch], seconds: int) -> list[dict]:
     """Per batch: bytes copied, the most one broker receives (`max_broker_bytes_in`: its follower throttle
     carries them) and sends (`max_broker_bytes_out`: the partition's leader serves every new replica, under
     its leader throttle), and the suggested throttle: the larger of the two over `seconds`, in bytes/s, since
-    Kafka's throttle is a per-broker rate. The sender is the leader when the batch runs: the one the
+    Kafka's throttle is a per-broker rate, and never below MIN_SUGGESTED_THROTTLE. The sender is the leader when the batch runs: the one the
     leadership batch put first, else the snapshot's leader if it still holds a replica and is registered,
     else the first registered replica (none for a partition without one: nothing can copy it). Byte figures
     are None when sizes are unknown; a leadership batch copies nothing."""
@@ -153,5 +160,6 @@ def batch_traffic(pb: Problem, batches: list[Batch], seconds: int) -> list[dict]
         busiest = int(max(bytes_in.max(initial=0), bytes_out.max(initial=0)))
         out.append({"bytes": int((size * n_new).sum()), "max_broker_bytes_in": int(bytes_in.max(initial=0)),
                     "max_broker_bytes_out": int(bytes_out.max(initial=0)),
-                    "suggested_throttle_bytes_per_s": -(-busiest // seconds) if busiest else 0})
+                    "suggested_throttle_bytes_per_s": max(-(-busiest // seconds), MIN_SUGGESTED_THROTTLE)
+                    if busiest else 0})
     return out

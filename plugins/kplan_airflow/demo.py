@@ -17,8 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-PENDING = "apply|verify|report"  # marked success by dag.test until planner.api.apply/verify exist (issue 12)
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kplan_airflow.demo", description=__doc__.split("\n\n")[0])
@@ -65,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         approver = local.Approver(api, dag.dag_id, approve, deadline=900, poll=1.0).start()
         print(f"=== dag.test(): kafka_broker_drain with brokers={brokers}", flush=True)
         try:
-            dr = dag.test(run_conf={"brokers": brokers, "sizes": str(sandbox.sizes)},
-                          mark_success_pattern=PENDING or None)
+            dr = dag.test(run_conf={"brokers": brokers, "sizes": str(sandbox.sizes)})
         finally:
             approver.stop()
         mark("DAG run")
@@ -80,8 +77,15 @@ def main(argv: list[str] | None = None) -> int:
         if plan:
             print("\n=== plan summary and risk before / after\n" + sm.text_report(plan, sm.scenario_pairs(after, before)))
         report = runs.read_json(folder.report)
-        print("\n=== verification report\n" + (json.dumps(report, indent=1) if report else
-                                                  "(none: apply / verify did not run)"))
+        from planner.api import verify_report_text
+
+        print("\n=== verification report (" + str(folder.report) + ")\n"
+              + (verify_report_text(report) if report else "(none: apply / verify did not run)"))
+        after = runs.read_json(folder.apply / "outcome.json")
+        if after:
+            print(f"  apply: {after.get('state')}, {after.get('units_done')}/{after.get('units_total')} batches, "
+                  f"{after.get('partitions_done')}/{after.get('partitions_total')} partitions in "
+                  f"{after.get('seconds', 0):.1f} s")
         print("\n=== where the time went")
         for ti in tis:
             secs = (ti.end_date - ti.start_date).total_seconds() if ti.start_date and ti.end_date else 0.0

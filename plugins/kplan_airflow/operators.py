@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -79,10 +80,19 @@ def _zk(conn_id: str):
         raise AirflowFailException(f"ZooKeeper connection {conn_id!r}: {e}") from e
 
 
-def _log_progress(op: BaseOperator) -> Callable[[api.Progress], None]:
+def _log_progress(op: BaseOperator, every: float = 30.0) -> Callable[[api.Progress], None]:
+    """Counts into the task log when they change, else at most every `every` seconds (apply reports once per
+    poll; a stalled batch must not bury the log under identical lines)."""
+    last: dict[str, Any] = {"key": None, "at": 0.0}
+
     def show(p: api.Progress) -> None:  # the library logs each message itself; keep counts visible
-        if p.total:
+        if not p.total:
+            return
+        now = time.monotonic()
+        key = (p.step, p.done, p.total)
+        if key != last["key"] or now - last["at"] >= every:
             op.log.info("%s: %s/%s", p.step, p.done, p.total)
+            last.update(key=key, at=now)
 
     return show
 
@@ -482,7 +492,8 @@ class ReportOperator(BaseOperator):
         run = run_folder(context)
         plan = call("report", api.read_plan, run.plan)
         report = runs.read_json(run.report) or {}
-        self.log.info("%s\nverification: %s", sm.text_report(plan, []), json.dumps(report, indent=1, default=str))
+        self.log.info("%s\nverification (%s):\n%s", sm.text_report(plan, []), run.report,
+                      api.verify_report_text(report) if report else "no report.json: verify did not finish")
         runs.update_review(run, status="done", report=str(run.report) if report else None)
         parts = report.get("partitions") or {}
         figures = {"converged": report.get("converged"), "partitions_converged": parts.get("converged"),
