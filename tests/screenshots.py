@@ -48,7 +48,8 @@ def main() -> int:
                       f"{ti['task_id']}/required_actions", settle=6, height=1100)
                 return "Approve"
 
-            dr, _ = af.run_dag("kafka_broker_drain", {"brokers": [1], "sizes": str(sandbox.sizes)},
+            dr, _ = af.run_dag("kafka_broker_drain", {"brokers": [1], "sizes": str(sandbox.sizes),
+                                                      "throttle": 1_000_000_000},
                                decide=approve)
             page = f"{base}/kafka-plans/runs/kafka_broker_drain/{runs.run_key(dr.run_id)}"
             shoot("kafka-plan-page.png", page, height=2000)

@@ -20,6 +20,9 @@ from kplan_airflow import runs
 from planner.sandbox import Sandbox
 
 DRAIN, REBALANCE = "kafka_broker_drain", "kafka_nightly_rebalance"
+# set, like every throttle, and removed by verify (checked below); high enough that the sandbox copies the
+# demo cluster's 1.9 GiB in seconds rather than at the plans' 10 MiB/s floor
+THROTTLE = 1_000_000_000
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +91,8 @@ def test_invalid_form_is_refused_before_any_task(env, conf):
 def drain_run(env):
     """One drain of broker 1, approved, applied and verified (Spark: spark_default = local[2])."""
     start = af.assignment(env["zk"])
-    dr, approver = af.run_dag(DRAIN, {"brokers": [1], "sizes": env["sizes"], "shutdown_mode": "both"},
-                              decide=lambda d: "Approve")
+    dr, approver = af.run_dag(DRAIN, {"brokers": [1], "sizes": env["sizes"], "shutdown_mode": "both",
+                                      "throttle": THROTTLE}, decide=lambda d: "Approve")
     return {"dr": dr, "approver": approver, "start": start, "end": af.cluster_state(env["zk"])}
 
 
@@ -222,7 +225,7 @@ def test_unknown_broker_fails_the_run_early_and_applies_nothing(env):
 
 def test_nightly_rebalance_end_to_end(env):
     start = af.assignment(env["zk"])
-    dr, approver = af.run_dag(REBALANCE, {"sizes": env["sizes"], "max_moves": 40},
+    dr, approver = af.run_dag(REBALANCE, {"sizes": env["sizes"], "max_moves": 40, "throttle": THROTTLE},
                               decide=lambda d: "Approve")
     st = af.states(dr)
     assert all(v == "success" for v in st.values()), st
