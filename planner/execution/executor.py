@@ -20,7 +20,9 @@ partitions are then moved back to the replicas they had before it.
 
 from __future__ import annotations
 
+import copy
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from planner import codec
 from planner import zk as zkmod
-from planner.errors import NotConverged, PlannerError, SafetyRefusal
+from planner.errors import NotConverged, PlannerError, SafetyRefusal, ZkUnavailable
 from planner.execution import preflight
 from planner.execution import runstate as rs
 from planner.execution.clusterview import ClusterView, Key, retrying
@@ -42,8 +44,8 @@ from planner.execution.diagnosis import Context, diagnose
 from planner.execution.lock import ApplyLock, holder
 from planner.execution.planview import RunPlan, Unit, revert_unit
 from planner.execution.progress import Progress, Reporter
-from planner.execution.throttles import Throttles, spec_for
-from planner.zkgate import FenceLost, Op, WriteGate
+from planner.execution.throttles import Spec, Throttles, spec_for
+from planner.zkgate import MAX_TXN_BYTES, MAX_TXN_OPS, FenceLost, Op, WriteGate, _cost
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +103,8 @@ class Executor:
         self.resumed = False
         self.run: rs.Run | None = None
         self._wake = threading.Event()
+        self._cancel_stale = True   # the cancel request must be read (again): at start, after its watch fired
+        self._cancel_seen: dict[str, Any] | None = None
         self._bytes_at_start: int | None = None
         self._last_saved = 0.0
         self._last_entries: dict[Key, tuple[int, ...]] = {}
@@ -121,6 +125,7 @@ class Executor:
     def _on_state(self, state: str) -> bool:
         if state == KazooState.LOST:
             log.warning("ZooKeeper session lost: the lock went with it; writes stop until it is taken again")
+        self._cancel_stale = True  # a watch may have been lost with the session
         self._wake.set()
         return False
 
@@ -154,9 +159,19 @@ class Executor:
         return run
 
     def _cancel_request(self) -> dict[str, Any] | None:
+        """Read once, then again only after the watch on the request's znode fired (or the connection
+        changed state): not one round trip per check."""
         if self.gate.dry_run:
             return None
-        return self._read(lambda: rs.read_cancel(self.client, self.plan.hexid))
+        if self._cancel_stale:
+            self._cancel_stale = False
+            self._cancel_seen = self._read(lambda: rs.read_cancel(self.client, self.plan.hexid,
+                                                                  watch=self._cancel_watch))
+        return self._cancel_seen
+
+    def _cancel_watch(self, event: Any) -> None:
+        self._cancel_stale = True
+        self._wake.set()
 
     def _check_time(self, what: str, keys: list[Key]) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -353,9 +368,7 @@ class Executor:
                 return req
             self._before_submit(unit)
             rate = self.rate(unit)
-            if rate and unit.kind == "data":
-                self.throttles.throttle(self._spec(unit), rate)
-            self._submit(run, unit)
+            self._throttle_and_submit(run, unit, self._spec(unit) if rate and unit.kind == "data" else Spec(), rate)
             run = self.run
         elif run.unit_state(i) == rs.SUBMITTED and self.opts.throttle and unit.kind == "data":
             # Resuming a unit in flight with --throttle: change its rate, as Kafka's tool does when an
@@ -369,10 +382,15 @@ class Executor:
                 run = self.run
         if run.unit_state(i) == rs.ELECTING:
             self._wait_election(unit)
-        self._release_all()
         run.set_unit(i, rs.COMPLETED)
         run.event(f"{unit.label} completed")
-        self._save(run)
+        nxt = self.plan.units[i + 1] if i + 1 < len(self.plan.units) else None
+        # When the next unit follows at once, its submission transaction records this completion and swaps
+        # this unit's throttles for its own (see _throttle_and_submit); every path that stops before it
+        # (cancel, refusal, error, end of the plan) releases the throttles and saves the record itself.
+        if seen is not None or nxt is None or run.unit_state(nxt.index) != rs.PENDING or self.gate.dry_run:
+            self._release_all()
+            self._save(run)
         self.progress(run.state, force=True)
         if seen is not None:
             seen = dict(seen, _in_flight=True)
@@ -414,8 +432,36 @@ class Executor:
                                 f"{preflight.listing(moved)}; {unit.label} was not submitted")
         self._read(lambda: preflight.check_targets(self.view, self.plan, self.run, [unit]))
 
-    def _submit(self, run: rs.Run, unit: Unit, revert: bool = False) -> None:
-        data = codec.encode_reassignment([codec.ReassignEntry(e.topic, e.partition, e.replicas) for e in unit.entries])
+    def _throttle_and_submit(self, run: rs.Run, unit: Unit, spec: Spec, rate: int | None) -> None:
+        """Throttles and submission of a unit, with nothing of the run in flight. Where it fits, ONE fenced
+        transaction writes the run record (the previous unit completed, this one submitted), the throttle
+        record, every config change (the previous unit's throttles removed, this one's set: a broker or topic
+        in both is written once or not at all) with its notification, and creates /admin/reassign_partitions.
+        ZooKeeper then never shows throttles of a unit that is not in flight, and the unit is submitted exactly
+        once. A config changed meanwhile (BadVersion), a znode that appeared, or a transaction too large for
+        one request: the step by step way (release, throttle, submit), whose errors say what went wrong."""
+        if not self.gate.dry_run:
+            groups, _ = self._read(lambda: self.throttles.transition(spec, rate))
+            ops = [op for g in groups for op in g]
+            create = Op("create", codec.REASSIGN, _reassignment(unit))
+            if len(ops) + 8 <= MAX_TXN_OPS and sum(_cost(op) for op in ops + [create]) + len(run.encode()) + 4096 \
+                    <= MAX_TXN_BYTES:
+                before = (copy.deepcopy(run.doc), run.version)
+                try:
+                    self._submit(run, unit, extra=ops, raw=True)
+                    return
+                except (BadVersionError, NoNodeError, NodeExistsError):
+                    run.doc, run.version = before
+                    log.info("%s: the one-transaction submission was refused (a znode changed meanwhile); "
+                             "submitting step by step", unit.label)
+        self._release_all()
+        if not spec.empty() and rate:
+            self.throttles.throttle(spec, rate)
+        self._submit(run, unit)
+
+    def _submit(self, run: rs.Run, unit: Unit, revert: bool = False, extra: list[Op] | None = None,
+                raw: bool = False) -> None:
+        data = _reassignment(unit)
         if revert:
             run.doc["revert"]["state"] = rs.SUBMITTED
             run.doc["revert"]["submitted_at"] = rs.now()
@@ -423,12 +469,20 @@ class Executor:
             run.set_unit(unit.index, rs.SUBMITTED)
         run.event(f"{unit.label} submitted ({len(unit.entries)} partitions)")
         try:
-            self._save(run, [Op("create", codec.REASSIGN, data)])
+            if raw:  # the caller falls back on a refused transaction
+                rs.save(self.gate, run, list(extra or ()) + [Op("create", codec.REASSIGN, data)])
+                self._last_saved = time.monotonic()
+            else:
+                self._save(run, list(extra or ()) + [Op("create", codec.REASSIGN, data)])
         except NodeExistsError:
+            if raw:
+                raise
             self._reload()
             z = self._read(self.view.reassignment)
             raise SafetyRefusal(preflight.describe_foreign(z) + f"; {unit.label} was not submitted") from None
         except BaseException:
+            if raw and not isinstance(sys.exc_info()[1], FenceLost | ZkUnavailable):
+                raise
             self._reload()
             raise
         self.units_submitted += 1
@@ -704,6 +758,10 @@ class Executor:
                       round(time.monotonic() - self.started, 3),
                       [f"[txn {t}] {op.describe()}" for t, op in zip(self.gate.txn_of, self.gate.writes, strict=True)],
                       list(self.warnings), list(self._reverted))
+
+
+def _reassignment(unit: Unit) -> bytes:
+    return codec.encode_reassignment([codec.ReassignEntry(e.topic, e.partition, e.replicas) for e in unit.entries])
 
 
 def stalled_text(reasons: dict[Key, list[str]], show: int = 20) -> str:

@@ -9,6 +9,7 @@ and resume check and what a revert writes back.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -86,8 +87,8 @@ class RunPlan:
     def partitions_total(self) -> int:
         return len(self.moves)
 
-    @property
-    def bytes_total(self) -> int:
+    @functools.cached_property
+    def bytes_total(self) -> int:  # cached: progress asks for it on every check
         return sum(m.bytes or 0 for m in self.moves.values())
 
     @property

@@ -175,8 +175,12 @@ def _parents(gate: WriteGate, path: str) -> list[str]:
     return missing
 
 
-def read_cancel(client: KazooClient, plan_hex: str) -> dict[str, Any] | None:
+def read_cancel(client: KazooClient, plan_hex: str, watch: Any = None) -> dict[str, Any] | None:
+    """The cancel request, if any. With `watch`, a one-shot watch fires when it is created, changed or deleted
+    (exists() sets it whether or not the znode is there; getData would not on a missing znode)."""
     try:
+        if watch is not None and client.exists(cancel_path(plan_hex), watch=watch) is None:
+            return None
         data, _ = client.get(cancel_path(plan_hex))
     except NoNodeError:
         return None

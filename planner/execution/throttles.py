@@ -119,16 +119,15 @@ class Throttles:
             raise SafetyRefusal(f"{self.path} is not valid JSON: cannot tell which throttles this run set") from None
         return rec, stat.version
 
-    def _write_record(self, rec: dict[str, Any] | None, version: int) -> None:
+    def _record_ops(self, rec: dict[str, Any] | None, version: int) -> list[Op]:
         if rec is None or (not rec.get("topics") and not rec.get("brokers")):
             if version >= 0 or self.gate.overlay(self.path)[0]:
-                self.gate.commit([Op("delete", self.path, version=version if not self.gate.dry_run else -1)])
-            return
+                return [Op("delete", self.path, version=version if not self.gate.dry_run else -1)]
+            return []
         data = codec.dumps(rec)
         if version < 0:
-            self.gate.commit([Op("create", self.path, data)])
-        else:
-            self.gate.commit([Op("set", self.path, data, version if not self.gate.dry_run else -1)])
+            return [Op("create", self.path, data)]
+        return [Op("set", self.path, data, version if not self.gate.dry_run else -1)]
 
     def _configs(self, entities: Iterable[str]) -> dict[str, tuple[dict[str, str], int] | None]:
         entities = sorted(set(entities))
@@ -165,11 +164,22 @@ class Throttles:
 
     def _set_once(self, spec: Spec, rate: int) -> int:
         rec, version = self.record()
+        configs = self._configs([f"topics/{t}" for t in spec.replicas] + [f"brokers/{b}" for b in spec.brokers])
+        changes, rec = self._set_changes(spec, rate, rec, configs)
+        if not changes:
+            return 0
+        # One transaction: what must be undone is recorded together with (never after) what it undoes.
+        self.gate.commit_groups([self._record_ops(rec, version)] + self._config_ops(changes))
+        log.info("throttle %d B/s set on %d brokers and %d topics", rate, len(spec.brokers), len(spec.replicas))
+        return len(changes)
+
+    def _set_changes(self, spec: Spec, rate: int, rec: dict[str, Any] | None, configs: dict[str, Any]
+                     ) -> tuple[dict[str, tuple[dict[str, str], Any]], dict[str, Any]]:
+        """The config writes that throttle `spec` (entity -> (new config, as found)) and the record after."""
         rec = rec or {"rate": str(rate), "topics": {}, "brokers": {}}
         rec["rate"] = str(rate)
         topic_entities = {f"topics/{t}": t for t in spec.replicas}
         broker_entities = {f"brokers/{b}": b for b in spec.brokers}
-        configs = self._configs(list(topic_entities) + list(broker_entities))
         changes: dict[str, tuple[dict[str, str], Any]] = {}
         for entity, topic in topic_entities.items():
             found = configs.get(entity)
@@ -211,12 +221,7 @@ class Throttles:
                 del rec["brokers"][str(broker)]
             if changed:
                 changes[entity] = (config, found)
-        if not changes:
-            return 0
-        self._write_record(rec, version)  # first: what must be undone is known before it exists
-        self.gate.commit_groups(self._config_ops(changes))
-        log.info("throttle %d B/s set on %d brokers and %d topics", rate, len(spec.brokers), len(spec.replicas))
-        return len(changes)
+        return changes, rec
 
     # ----------------------------------------------------------------------------------- release
     def release(self, in_flight: Iterable[tuple[str, int, Sequence[int], Sequence[int]]] = ()) -> int:
@@ -235,12 +240,29 @@ class Throttles:
         rec, version = self.record()
         if rec is None:
             return 0
+        configs = self._configs(self._release_entities(rec, keep))
+        changes, new = self._release_changes(keep, rec, configs)
+        ops = self._config_ops(changes)
+        if new != rec:
+            ops.append(self._record_ops(new, version))
+        if ops:
+            self.gate.commit_groups(ops)
+        if changes:
+            log.info("throttles removed from %d config znodes (%d brokers and %d topics keep theirs for moves in "
+                     "flight)", len(changes), len(new["brokers"]), len(new["topics"]))
+        return len(changes)
+
+    @staticmethod
+    def _release_entities(rec: dict[str, Any], keep: Spec) -> list[str]:
+        return [f"topics/{t}" for t in rec.get("topics", {})] + [f"brokers/{b}" for b in rec.get("brokers", {})
+                                                                 if int(b) not in keep.brokers]
+
+    def _release_changes(self, keep: Spec, rec: dict[str, Any], configs: dict[str, Any]
+                         ) -> tuple[dict[str, tuple[dict[str, str], Any]], dict[str, Any]]:
+        """The config writes that remove what the run set except what `keep` needs, and the record after."""
         rate = rec.get("rate")
         topics: dict[str, dict[str, list[str]]] = rec.get("topics", {})
         brokers: dict[str, dict[str, dict[str, str | None]]] = rec.get("brokers", {})
-        entities = [f"topics/{t}" for t in topics] + [f"brokers/{b}" for b in brokers
-                                                       if int(b) not in keep.brokers]
-        configs = self._configs(entities)
         changes: dict[str, tuple[dict[str, str], Any]] = {}
         new_topics: dict[str, dict[str, list[str]]] = {}
         for topic, mine in sorted(topics.items()):
@@ -292,15 +314,40 @@ class Throttles:
                 changed = True
             if changed and found is not None:
                 changes[entity] = (config, found)
-        if changes:
-            self.gate.commit_groups(self._config_ops(changes))
-        rec = {"rate": rate, "topics": new_topics, "brokers": new_brokers}
-        if new_topics != topics or new_brokers != brokers:
-            self._write_record(rec, version)
-        if changes:
-            log.info("throttles removed from %d config znodes (%d brokers and %d topics keep theirs for moves in "
-                     "flight)", len(changes), len(new_brokers), len(new_topics))
-        return len(changes)
+        if new_topics == topics and new_brokers == brokers:
+            return changes, rec
+        return changes, {"rate": rate, "topics": new_topics, "brokers": new_brokers}
+
+    # -------------------------------------------------------------------------------- transition
+    def transition(self, spec: Spec, rate: int | None) -> tuple[list[list[Op]], int]:
+        """Between two units (nothing of the run in flight): the writes that take the run's throttles from
+        whatever it left set to exactly what `spec` needs at `rate` (None or an empty spec: none at all), as
+        op groups for ONE transaction with the next unit's submission, so that at every moment ZooKeeper
+        shows the throttles of the unit in flight and no other. Versions guard every config read here: a
+        config changed meanwhile fails the whole transaction (BadVersionError) and nothing is applied.
+        Returns (groups, config znodes written)."""
+        if not rate:
+            spec = Spec()
+        rec, version = self.record()
+        entities = ([f"topics/{t}" for t in spec.replicas] + [f"brokers/{b}" for b in spec.brokers]
+                    + (self._release_entities(rec, spec) if rec is not None else []))
+        configs = self._configs(entities)
+        changes: dict[str, tuple[dict[str, str], Any]] = {}
+        if rec is not None:
+            changes, rec = self._release_changes(spec, rec, configs)
+            configs = dict(configs)
+            for entity, (config, found) in changes.items():
+                configs[entity] = (config, found[1])
+        if not spec.empty():
+            more, rec = self._set_changes(spec, rate or 0, rec, configs)
+            for entity, (config, found) in more.items():
+                first = changes.get(entity)
+                # The version the write must check is the one read from ZooKeeper, not the interim one.
+                changes[entity] = (config, first[1] if first is not None else found)
+        groups = self._config_ops(changes)
+        if rec is not None:
+            groups.insert(0, self._record_ops(rec, version))
+        return [g for g in groups if g], len(changes)
 
     # --------------------------------------------------------------------------------- inspection
     def remaining(self, topics: Iterable[str], brokers: Iterable[int]) -> list[dict[str, str]]:
