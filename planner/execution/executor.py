@@ -20,7 +20,6 @@ partitions are then moved back to the replicas they had before it.
 
 from __future__ import annotations
 
-import copy
 import logging
 import sys
 import threading
@@ -446,12 +445,12 @@ class Executor:
             create = Op("create", codec.REASSIGN, _reassignment(unit))
             if len(ops) + 8 <= MAX_TXN_OPS and sum(_cost(op) for op in ops + [create]) + len(run.encode()) + 4096 \
                     <= MAX_TXN_BYTES:
-                before = (copy.deepcopy(run.doc), run.version)
+                entry, history = list(run.doc["units"][unit.index]), list(run.doc.get("history", []))
                 try:
                     self._submit(run, unit, extra=ops, raw=True)
                     return
-                except (BadVersionError, NoNodeError, NodeExistsError):
-                    run.doc, run.version = before
+                except (BadVersionError, NoNodeError, NodeExistsError):  # nothing was applied: undo in memory
+                    run.doc["units"][unit.index], run.doc["history"] = entry, history
                     log.info("%s: the one-transaction submission was refused (a znode changed meanwhile); "
                              "submitting step by step", unit.label)
         self._release_all()
