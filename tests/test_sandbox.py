@@ -536,3 +536,59 @@ def test_sandbox_does_not_import_the_planners_predictions():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             for name in names:
                 assert not name.startswith(forbidden), f"{path.name} imports {name}"
+
+
+def test_a_copy_that_ends_mid_tick_spends_the_rest_of_the_tick_catching_up():
+    """The emulator's clock: a replica joins the ISR once its copy (bytes / rate) and its catch-up delay are
+    over, in the tick where that happens, not one tick later (the tick is the clock's resolution)."""
+    from planner.sandbox.model import Part
+    from planner.sandbox.replication import ConfigCache, Replication
+    from planner.sandbox.settings import Timing
+
+    class Ctrl:  # the controller's side the data plane calls: lookups and AlterPartition
+        initialized = True
+
+        def __init__(self, p: Part):
+            self.p, self.joins = p, []
+
+        def lookup(self, topic, pid):
+            return self.p if (topic, pid) == (self.p.topic, self.p.pid) else None
+
+        def alter_partition(self, joins):
+            self.joins.append([(p.key, b) for p, b in joins])
+            return [p for p, _ in joins]
+
+    class Host:
+        controller = None
+
+        def fetching(self, broker):
+            return True
+
+        def running(self, broker):
+            return True
+
+    def moving(delay: float):
+        p = Part("t", 0, [1, 2, 3], [3], [])
+        p.has_state, p.leader, p.isr = True, 1, [1, 2]
+        host, ctrl = Host(), Ctrl(p)
+        host.controller = ctrl
+        rep = Replication(host, {"t": [1000]}, Timing(catch_up_delay=delay, link_rate=10_000),
+                          ConfigCache(None, lambda *a: None))
+        rep.start_new(p, 3)
+        return rep, ctrl
+
+    # 1000 B at 10,000 B/s: 0.1 s of copy, then the catch-up delay.
+    rep, ctrl = moving(delay=0.02)
+    rep.tick(0.05)                      # 500 B copied
+    assert ctrl.joins == []
+    rep.tick(0.1)                       # 0.05 s to finish the copy, 0.05 s left >= 0.02 s of catch-up
+    assert ctrl.joins == [[(("t", 0), 3)]]
+
+    rep, ctrl = moving(delay=0.08)
+    rep.tick(0.05)
+    rep.tick(0.1)                       # copy done after 0.05 s; 0.03 s of catch-up still to go
+    assert ctrl.joins == []
+    rep.tick(0.02)                      # 0.01 s to go
+    assert ctrl.joins == []
+    rep.tick(0.02)
+    assert ctrl.joins == [[(("t", 0), 3)]]

@@ -271,19 +271,29 @@ class Replication:
             elif f.bytes_left > 0:
                 moving.append((f, p))
             else:
-                f.delay_left -= dt
-                if f.delay_left <= 0:
-                    f.ready = True
-                    ready.append((p, f.broker))
+                self._catch_up(f, p, dt, ready)
         if moving:
-            for (f, _p), rate in zip(moving, self._rates(moving), strict=True):
-                f.bytes_left -= rate * dt
-                if f.bytes_left <= 0:
-                    f.bytes_left = 0.0
+            # A copy that ends within this tick spends the rest of the tick catching up, so a fetch joins the
+            # ISR when its copy and catch-up delay are over, not one tick later: the tick is the emulator's
+            # clock resolution, not part of the modelled time.
+            for (f, p), rate in zip(moving, self._rates(moving), strict=True):
+                if rate * dt < f.bytes_left:
+                    f.bytes_left -= rate * dt
+                    continue
+                left = dt - f.bytes_left / rate
+                f.bytes_left = 0.0
+                self._catch_up(f, p, left, ready)
         if ready:
             ready.sort(key=lambda pr: (pr[0].topic, pr[0].pid, pr[1]))
             written = ctrl.alter_partition(ready)
             self.joined += len(written)
+
+    @staticmethod
+    def _catch_up(f: Fetch, p: Part, dt: float, ready: list[tuple[Part, int]]) -> None:
+        f.delay_left -= dt
+        if f.delay_left <= 0:
+            f.ready = True
+            ready.append((p, f.broker))
 
     def _rates(self, moving: list[tuple[Fetch, Part]]) -> list[float]:
         link = self.timing.link_rate
