@@ -69,3 +69,17 @@ def test_the_plans_suggested_throttle_per_batch_is_the_default(tmp_path):
     doc["batches"][1]["suggested_throttle_bytes_per_s"] = 4_000_000
     plan = from_document(doc)
     assert [u.throttle for u in plan.units] == [None, 4_000_000]
+
+
+def test_broker_rates_cover_the_following_batches_of_the_same_rate(tmp_path):
+    from planner.execution.executor import brokers_ahead
+
+    # Batch 1 split one move per unit: 1.1 t-0 [1,2]->[3,2] (brokers 1,2,3), 1.2 t-1 [4,1]->[4,5] (1,4,5),
+    # 1.3 t-2 [2,1]->[2,6] (1,2,6). The leadership batch sets no throttle.
+    plan = from_document(_doc(tmp_path, max_concurrent=5), max_concurrent=1)
+    assert brokers_ahead(plan.units, lambda u: 5) == [set(), {1, 2, 3, 4, 5, 6}, {1, 2, 4, 5, 6}, {1, 2, 6}]
+    # A change of rate ends a stretch: 1.3 runs at another rate, so 1.1's rates cover 1.1 and 1.2 only.
+    rates = {1: 5, 2: 5, 3: 7}
+    assert brokers_ahead(plan.units, lambda u: rates.get(u.index)) == [set(), {1, 2, 3, 4, 5}, {1, 4, 5}, {1, 2, 6}]
+    # Unthrottled data batches set nothing.
+    assert brokers_ahead(plan.units, lambda u: None) == [set()] * 4

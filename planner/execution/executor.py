@@ -24,7 +24,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +115,7 @@ class Executor:
             self._final_count[u] += 1
             self._final_bytes[u] += plan.moves[k].bytes or 0
         self._final = final
+        self._rate_brokers = self._brokers_ahead()
         client.add_listener(self._on_state)
 
     # ----------------------------------------------------------------------------------- plumbing
@@ -361,6 +362,7 @@ class Executor:
         seen = None
         if run.unit_state(i) == rs.COMPLETED:
             return None
+        before = self.units_submitted
         if run.unit_state(i) == rs.PENDING:
             req = self._cancel_request()
             if req:
@@ -374,7 +376,7 @@ class Executor:
             # execution is run again with a new --throttle.
             self.throttles.throttle(self._spec(unit), self.opts.throttle)
         if run.unit_state(i) == rs.SUBMITTED:
-            seen = self._wait_unit(unit)
+            seen = self._wait_unit(unit, just_submitted=self.units_submitted > before)
             run = self.run
             if unit.kind == "leadership":
                 self._elect(run, unit)
@@ -399,7 +401,15 @@ class Executor:
         return self.opts.throttle if self.opts.throttle is not None else unit.throttle
 
     def _spec(self, unit: Unit):  # noqa: ANN202 - throttles.Spec
-        return spec_for((e.topic, e.partition, b, e.replicas) for e, b in zip(unit.entries, unit.before, strict=True))
+        """The throttles a data unit needs: its own moves' topic entries, and rates on its brokers and on those of
+        the data units that follow it at the same rate (see brokers_ahead)."""
+        spec = _unit_spec(unit)
+        if not spec.empty():
+            spec.brokers |= self._rate_brokers[unit.index]
+        return spec
+
+    def _brokers_ahead(self) -> list[set[int]]:
+        return brokers_ahead(self.plan.units, self.rate)
 
     def _before_submit(self, unit: Unit) -> None:
         """Right before a unit: the previous znode is gone (or refuse a foreign one), the unit's partitions are
@@ -488,9 +498,11 @@ class Executor:
         self._last_entries = {e.key: e.replicas for e in unit.entries}
         log.info("%s submitted: %d partitions, %d bytes to copy", unit.label, len(unit.entries), unit.bytes)
 
-    def _wait_unit(self, unit: Unit) -> dict[str, Any] | None:
+    def _wait_unit(self, unit: Unit, just_submitted: bool = False) -> dict[str, Any] | None:
         """Wait until every partition of the unit lists exactly its target with nothing adding/removing.
-        Returns a cancel request seen meanwhile (honoured after the unit completes)."""
+        Returns a cancel request seen meanwhile (honoured after the unit completes). A unit this process has
+        just submitted was read right before (nothing of it can have completed): the first read waits for the
+        controller to change the znode, or for one poll interval."""
         keys = unit.keys()
         target = {e.key: e.replicas for e in unit.entries}
         self._last_entries = dict(target)
@@ -498,7 +510,7 @@ class Executor:
             return None
         seen = None
         best, best_at, warned_at = -1, time.monotonic(), 0.0
-        last_read = None
+        last_read = time.monotonic() if just_submitted else None
         while True:
             stat = self._arm(codec.REASSIGN)
             if stat is not None and last_read is not None and time.monotonic() - last_read < self.opts.poll:
@@ -752,11 +764,38 @@ class Executor:
     # --------------------------------------------------------------------------------------- result
     def _result(self, run: rs.Run, state: str, message: str) -> Result:
         p = self.progress(run.state if run else state, force=True)
+        self.reporter.flush()
         return Result(self.plan.id, state, message, self.resumed, len(self.plan.units), p.units_done,
                       self.units_submitted, p.done, self.plan.partitions_total, p.bytes_done, self.plan.bytes_total,
                       round(time.monotonic() - self.started, 3),
                       [f"[txn {t}] {op.describe()}" for t, op in zip(self.gate.txn_of, self.gate.writes, strict=True)],
                       list(self.warnings), list(self._reverted))
+
+
+def brokers_ahead(units: Sequence[Unit], rate_of: Callable[[Unit], int | None]) -> list[set[int]]:
+    """For each unit, the brokers of the consecutive data units from it on that share its rate. A broker's
+    rate then stays set from its first batch to its last one of such a stretch instead of being removed and
+    set again between batches: a rate throttles only the replicas listed on the topics (which still follow
+    each batch exactly), so keeping it changes no copy, while rewriting it costs a config write and a
+    /config/changes notification that every broker of the cluster reads, per broker and batch. Kafka's own
+    tool keeps the rates for the whole reassignment."""
+    ahead: list[set[int]] = [set() for _ in units]
+    acc: set[int] = set()
+    nxt_rate: int | None = None
+    for u in reversed(units):
+        rate = rate_of(u) if u.kind == "data" else None
+        if not rate:
+            acc, nxt_rate = set(), None
+            continue
+        if rate != nxt_rate:
+            acc = set()
+        acc = acc | _unit_spec(u).brokers
+        ahead[u.index], nxt_rate = acc, rate
+    return ahead
+
+
+def _unit_spec(unit: Unit) -> Spec:
+    return spec_for((e.topic, e.partition, b, e.replicas) for e, b in zip(unit.entries, unit.before, strict=True))
 
 
 def _reassignment(unit: Unit) -> bytes:

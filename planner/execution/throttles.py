@@ -16,7 +16,8 @@ before the run is restored to that value, and a rate someone changed since is le
 What a run added is recorded in `/kplan/runs/<plan>/throttles` *before* the configs are written, so a
 process killed at any point leaves enough behind for the next apply, verify or cancel to remove it.
 Removal follows task state (Cruise Control again): a partition's entries go once it is no longer in flight,
-a broker's rates once none of its moves is in flight.
+a broker's rates once none of its moves is in flight. (The executor asks for rates on the brokers of the
+following batches of the same rate too: see Executor._brokers_ahead.)
 """
 
 from __future__ import annotations
