@@ -72,7 +72,9 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 class Reporter:
-    """Throttles progress output to about once per `every` seconds (always on state changes)."""
+    """Throttles progress output to about once per `every` seconds (always on changes). The progress file, read
+    by other processes (the review UI), is rewritten at most once per `every` seconds except when the state
+    changes: a plan of hundreds of quick batches would otherwise rewrite it several times a batch."""
 
     def __init__(self, step: str, callback: Any = None, file: Path | None = None, every: float = 1.0):
         self.step = step
@@ -81,6 +83,8 @@ class Reporter:
         self.every = every
         self._last = 0.0
         self._last_key: tuple[Any, ...] | None = None
+        self._file_at = -1e18
+        self._file_state: str | None = None
         self.latest: Progress | None = None
 
     def emit(self, p: Progress, force: bool = False) -> bool:
@@ -89,8 +93,15 @@ class Reporter:
         if not force and key == self._last_key and t - self._last < self.every:
             return False
         self._last, self._last_key, self.latest = t, key, p
-        if self.file is not None:
+        if self.file is not None and (p.state != self._file_state or t - self._file_at >= self.every):
             write_json_atomic(self.file, p.as_dict())
+            self._file_at, self._file_state = t, p.state
         if self.callback is not None:
             self.callback(p)
         return True
+
+    def flush(self) -> None:
+        """Write the latest progress to the file if a rate-limited emit skipped it."""
+        if self.file is not None and self.latest is not None and self._file_at < self._last:
+            write_json_atomic(self.file, self.latest.as_dict())
+            self._file_at, self._file_state = self._last, self.latest.state

@@ -138,6 +138,7 @@ class Verifier:
         try:
             return self._verify()
         finally:
+            self.reporter.flush()
             self.lock.release()
 
     def _verify(self) -> VerifyResult:
