@@ -64,7 +64,7 @@ def overhead_run(work: Path, args: argparse.Namespace, rep: int) -> dict:
             t0 = time.monotonic()
             applied = api.apply(api.ApplyRequest(zk=sb.connect_string, plan=run.plan, throttle=THROTTLE, poll=1.0))
             t1 = time.monotonic()
-            verified = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=run.plan, timeout=120, poll=1.0))
+            verified = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=run.plan, wait=120, poll=1.0))
             t2 = time.monotonic()
             cpu = time.process_time() - c0
         assert applied.state == "completed" and verified.converged
@@ -153,7 +153,7 @@ def detection_trial(work: Path, i: int) -> dict:
         polling = threading.Event()
 
         def run_verify() -> None:
-            result["v"] = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=plan_dir, timeout=60, poll=1.0,
+            result["v"] = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=plan_dir, wait=60, poll=1.0,
                                                        elect=False), progress=lambda p: polling.set())
 
         th = threading.Thread(target=run_verify)
@@ -191,7 +191,7 @@ def engines_run(work: Path, engine: str, partitions: int) -> dict:
             t0 = time.monotonic()
             applied = api.apply(api.ApplyRequest(zk=sb.connect_string, plan=run.plan, throttle=THROTTLE, poll=1.0))
             t1 = time.monotonic()
-            verified = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=run.plan, timeout=120, poll=1.0))
+            verified = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=run.plan, wait=120, poll=1.0))
             t2 = time.monotonic()
         assert applied.state == "completed" and verified.converged
         return {"engine": engine, "moves": plan.plan.summary["replica_moves"], "batches": len(plan.plan.batches),

@@ -300,12 +300,12 @@ class ApplyOutcome:
 class VerifyRequest:
     zk: str
     plan: Path
-    timeout: float = 600.0                    # seconds to wait for convergence (0: check once)
+    wait: float = 600.0                       # seconds to wait for convergence (0: check once)
     out: Path | None = None                   # folder for report.json (default: the run folder, <run>/report.json)
     auth: tuple[str, str] | None = field(default=None, repr=False)
     poll: float = 1.0
     elect: bool = True                        # preferred election where the leader is not the target's first
-    connect_timeout: float = 10.0
+    timeout: float = 10.0                     # ZooKeeper connection timeout (as in every request)
     fail: bool = True                         # raise NotConverged on timeout (False: return converged=False)
 
 
@@ -375,9 +375,9 @@ def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyO
     from planner.execution.verify import VerifyOptions
 
     report_path = Path(req.out) / "report.json" if req.out is not None else None
-    opts = VerifyOptions(timeout=req.timeout, poll=req.poll, elect=req.elect, report=report_path)
+    opts = VerifyOptions(timeout=req.wait, poll=req.poll, elect=req.elect, report=report_path)
     try:
-        r = steps.verify(req.zk, req.plan, opts, auth=req.auth, connect_timeout=req.connect_timeout,
+        r = steps.verify(req.zk, req.plan, opts, auth=req.auth, connect_timeout=req.timeout,
                          progress=_exec_progress("verify", progress))
     except NotConverged as e:
         if req.fail:

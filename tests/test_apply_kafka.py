@@ -73,7 +73,7 @@ def test_seed_scenario_drain_broker_1_then_kill_it_and_nothing_goes_offline(real
     applied = api.apply(api.ApplyRequest(zk=sb.connect_string, plan=run.plan, throttle=50_000_000, poll=0.5,
                                          wait=120))
     assert applied.state == "completed" and applied.batches_done == applied.batches_total
-    verified = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=run.plan, timeout=60, poll=0.5))
+    verified = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=run.plan, wait=60, poll=0.5))
     assert verified.converged and verified.report["leaders_on_preferred"]["count"] == len(plan.plan.moves)
     for m in plan.plan.moves:
         assert check.replicas(m.topic, m.partition) == list(m.to_replicas)
@@ -122,7 +122,7 @@ def test_throttled_multi_batch_drain_with_real_data_killed_and_resumed(real, tmp
     assert applied.state == "completed" and applied.resumed
     assert applied.batches_submitted == 2  # batches 3 and 4; batch 2 was already submitted and is not again
     assert zk.exists("/admin").cversion - admin == 2 * (5 + 1)  # 5 batches and 1 election, each created once
-    verified = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=run.plan, timeout=60, poll=0.5))
+    verified = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=run.plan, wait=60, poll=0.5))
     assert verified.converged
     for m in plan.plan.moves:
         assert check.replicas(m.topic, m.partition) == list(m.to_replicas)

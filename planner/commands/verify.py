@@ -35,9 +35,9 @@ def _run(args: argparse.Namespace) -> int:
     from planner.errors import NotConverged
     from planner.execution.verify import table
 
-    req = api.VerifyRequest(zk=args.zk, plan=Path(args.plan), timeout=args.timeout, out=args.out,
+    req = api.VerifyRequest(zk=args.zk, plan=Path(args.plan), wait=args.timeout, out=args.out,
                             auth=zkmod.auth_from_env(args.zk_auth_env), poll=args.poll, elect=args.elect,
-                            connect_timeout=args.connect_timeout)
+                            timeout=args.connect_timeout)
     try:
         outcome = api.verify(req)
     except NotConverged as e:

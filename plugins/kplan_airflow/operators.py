@@ -466,7 +466,7 @@ class VerifyOperator(BaseOperator):
         target = _zk(self.zk_conn_id)
         # report.json goes to the run folder (the library's default for a plan in <run>/plan)
         # fail=False: a timeout returns converged=False (report.json written) so the review record says so
-        req = _request(api.VerifyRequest, {"zk": target.connect, "plan": run.plan, "timeout": float(self.timeout),
+        req = _request(api.VerifyRequest, {"zk": target.connect, "plan": run.plan, "wait": float(self.timeout),
                                            "auth": target.auth, "fail": False})
         runs.update_review(run, status="verifying")
         out = call("verify", api.verify, req, progress=_log_progress(self))
