@@ -83,3 +83,29 @@ def test_broker_rates_cover_the_following_batches_of_the_same_rate(tmp_path):
     assert brokers_ahead(plan.units, lambda u: rates.get(u.index)) == [set(), {1, 2, 3, 4, 5}, {1, 4, 5}, {1, 2, 6}]
     # Unthrottled data batches set nothing.
     assert brokers_ahead(plan.units, lambda u: None) == [set()] * 4
+
+
+def test_the_znode_of_the_unit_completed_last_is_the_runs_own_until_the_controller_deletes_it(tmp_path):
+    # A unit is complete once its partitions are at their targets, a moment before the controller deletes
+    # /admin/reassign_partitions: a run resumed in that moment must wait for it, not refuse it as foreign.
+    from planner.codec import ReassignEntry
+    from planner.execution.clusterview import AdminZnode
+    from planner.execution.preflight import own_reassignment
+    from planner.execution.runstate import Run
+
+    plan = from_document(_doc(tmp_path))  # unit 0: t-3 -> [2,1], t-1 -> [4,1]; unit 1: t-0, t-1 -> [4,5], t-2
+
+    def run(*states):
+        return Run("/kplan/runs/x", {"units": [[s, None, None] for s in states], "revert": None})
+
+    def znode(*entries):
+        return AdminZnode(True, b"", 0, tuple(ReassignEntry(t, p, tuple(r)) for t, p, r in entries))
+
+    leadership_left = znode(("t", 3, [2, 1]))
+    assert own_reassignment(leadership_left, run("completed", "pending"), plan)
+    assert own_reassignment(znode(("t", 3, [2, 1]), ("t", 1, [4, 1])), run("completed", "pending"), plan)
+    assert not own_reassignment(leadership_left, run("completed", "completed"), plan)   # no longer the last
+    assert not own_reassignment(znode(("t", 3, [1, 2])), run("completed", "pending"), plan)  # other replicas
+    assert not own_reassignment(znode(("t", 0, [3, 2])), run("completed", "pending"), plan)  # not submitted yet
+    assert own_reassignment(znode(("t", 0, [3, 2])), run("completed", "submitted"), plan)    # in flight
+    assert not own_reassignment(leadership_left, None, plan)

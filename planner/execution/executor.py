@@ -424,8 +424,9 @@ class Executor:
             z = self._read(self.view.reassignment)
             if not z.exists:
                 break
-            ours = z.entries is not None and all(self._last_entries.get((e.topic, e.partition)) == e.replicas
-                                                  for e in z.entries)
+            ours = (z.entries is not None and all(self._last_entries.get((e.topic, e.partition)) == e.replicas
+                                                   for e in z.entries)) or preflight.own_reassignment(z, self.run,
+                                                                                                     self.plan)
             if not ours or time.monotonic() > limit:
                 raise SafetyRefusal(preflight.describe_foreign(z) + f"; {unit.label} was not submitted")
             self._sleep(self.opts.poll)

@@ -86,11 +86,15 @@ def matches(s: PartStatus, x: Expectation) -> bool:
 
 def own_reassignment(z: AdminZnode, run: Run | None, plan: RunPlan) -> bool:
     """True when the znode holds only entries of this run's in-flight unit (the controller removes entries as
-    they complete, so a subset)."""
+    they complete, so a subset), or of the unit it completed last: a unit is complete once its partitions are
+    at their targets, a moment before the controller deletes the znode, and a run resumed in that moment
+    finds it still there."""
     if not z.exists or z.entries is None or run is None:
         return False
     ours: dict[Key, tuple[int, ...]] = {}
-    for i in run.in_flight():
+    done = [i for i, u in enumerate(run.doc["units"]) if u[0] == COMPLETED]
+    last_done = max(done) if done else None  # units run in order
+    for i in [*([last_done] if last_done is not None else []), *run.in_flight()]:
         for e in plan.units[i].entries:
             ours[e.key] = e.replicas
     rev = run.doc.get("revert")
