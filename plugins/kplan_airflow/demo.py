@@ -5,17 +5,56 @@ kafka_broker_drain for broker 1: snapshot, risk (spark-submit through the Spark 
 risk after the plan, publish, approval (answered through Airflow's REST API: demo mode only), apply, verify,
 report. Prints the risk before/after, the plan summary, the verification report and where the time went.
 
-    python -m kplan_airflow.demo --dir demo-run [--brokers 1] [--keep]
+    python -m kplan_airflow.demo --dir demo-run [--brokers 1] [--keep] [--throttle B] [--skip-risk]
+
+Ctrl-C (SIGINT) and SIGTERM stop it cleanly, exit 130: an apply in flight is cancelled through
+planner.api.cancel (it stops after its batch in flight: ZooKeeper cannot stop a running reassignment; its
+throttles are removed and its lock released), the DAG run's process group (Spark included) is killed and
+the sandbox is taken down (left running with --keep). That is why the DAG runs in a child process:
+dag.test() runs each task in its own process with its own SIGTERM handler (the task's on_kill) and keeps
+going, so the process that runs it cannot be the one that has to stop.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
+
+INTERRUPTED = 130
+CANCEL_WAIT = 300.0  # seconds for the batch in flight to finish (a batch is minutes at most at a sane throttle)
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM reached the demo."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signame = signal.Signals(signum).name
+
+
+class _Signals:
+    """SIGINT / SIGTERM raise Interrupted in the main thread, once; while the demo is stopping (or finishing)
+    a further signal only says that it is."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.stopping:
+            print(f"\n=== {signal.Signals(signum).name}: already stopping (an apply in flight is let finish its "
+                  "batch; kill -9 would leave the sandbox running)", file=sys.stderr, flush=True)
+            return
+        self.stopping = True
+        raise Interrupted(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,86 +65,179 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--throttle", type=int, default=200_000_000,
                     help="replication throttle in bytes/s for the demo's apply (default 200 MB/s; the plan's "
                     "own suggestion, at least 10 MiB/s per batch, would copy the demo's 1.9 GiB in about 3 minutes)")
+    ap.add_argument("--skip-risk", action="store_true",
+                    help="mark the two Spark risk tasks successful without running them (~40 s less)")
+    ap.add_argument("--run-dag", action="store_true", help=argparse.SUPPRESS)   # the child: see the docstring
+    ap.add_argument("--since", type=float, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--sandbox-seconds", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     brokers = [int(b) for b in args.brokers.split(",") if b.strip()]
     root = Path(args.dir).absolute()
-    marks: list[tuple[str, float]] = []
+    if args.run_dag:
+        return run_dag(root, brokers, args.throttle, args.skip_risk, args.since, args.sandbox_seconds)
+
+    from kplan_airflow import local
+
+    signals = _Signals()
     t0 = time.monotonic()
+    sandbox = local.SandboxCluster(root / "sandbox")
+    child: subprocess.Popen | None = None
+    stopped: str | None = None  # what stopping did, said last
+    try:
+        sandbox.down()
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        print(f"=== sandbox: real ZooKeeper + 6 emulated brokers on 3 racks ({sandbox.dir})", flush=True)
+        sandbox.up("demo")
+        up = time.monotonic() - t0
+        cmd = [sys.executable, "-m", "kplan_airflow.demo", "--run-dag", "--dir", str(root), "--brokers",
+               ",".join(map(str, brokers)), "--throttle", str(args.throttle), "--since", repr(t0),
+               "--sandbox-seconds", f"{up:.3f}"] + (["--skip-risk"] if args.skip_risk else [])
+        # its own process group: a terminal's Ctrl-C reaches this process only, which then stops it in order
+        child = subprocess.Popen(cmd, process_group=0)
+        rc = child.wait()
+    except Interrupted as e:
+        signals.stopping = True
+        rc = INTERRUPTED
+        stopped = f"=== demo interrupted by {e.signame}: " + stop(e.signame, root, sandbox, child)
+    finally:
+        signals.stopping = True
+        if child is not None and child.poll() is None:
+            _kill_group(child)
+        if not args.keep:
+            sandbox.down()
+    if stopped:
+        kept = args.keep and (sandbox.dir / "sandbox.json").exists()
+        print(stopped + ("; the sandbox is left running (--keep): " + sandbox.connect_string if kept
+                         else "; the sandbox is down (its daemon and ZooKeeper stopped)"),
+              file=sys.stderr, flush=True)
+    return rc
+
+
+def stop(signame: str, root: Path, sandbox, child: subprocess.Popen | None) -> str:
+    """Stop in order: cancel any apply in flight (it finishes its batch, removes its throttles, releases its
+    lock), kill the DAG run's process group, then cancel whatever a killed apply left recorded. Returns what
+    it did, in one line."""
+    print(f"\n=== {signame}: stopping the demo (exit {INTERRUPTED}); an apply in flight finishes its batch "
+          "first", file=sys.stderr, flush=True)
+    connect = sandbox.connect_string if (sandbox.dir / "sandbox.json").exists() else None
+    done = _cancel_applies(root / "runs", connect) if connect else {}
+    if child is not None:
+        _kill_group(child)
+    if connect:  # an apply that started after the first pass, or was killed mid-way: finish its cancel here
+        for plan_id, msg in _cancel_applies(root / "runs", connect).items():
+            if done.get(plan_id) is None:
+                done[plan_id] = msg
+    said = [m for m in done.values() if m]
+    return "; ".join(said) if said else "no apply had started: nothing to cancel"
+
+
+def _cancel_applies(runs_root: Path, connect: str) -> dict[str, str | None]:
+    """planner.api.cancel for every plan of this demo's runs: plan id -> what happened (None: no apply of it
+    is recorded on the cluster)."""
+    from planner import api
+    from planner.errors import PlannerError
+
+    out: dict[str, str | None] = {}
+    for plan_json in sorted(runs_root.glob("*/*/plan/plan.json")):
+        plan = plan_json.parent
+        try:
+            res = api.cancel(api.CancelRequest(zk=connect, plan=plan, wait=CANCEL_WAIT, poll=0.2))
+        except PlannerError as e:
+            out[str(plan)] = f"cancel of the apply of {plan} failed: {e}"
+            continue
+        out[res.plan_id] = None if res.state == "none" else f"apply of plan {res.plan_id[:19]} {res.state} ({res.message})"
+    return out
+
+
+def _kill_group(child: subprocess.Popen) -> None:
+    """SIGKILL the DAG run's process group (dag.test() ignores SIGTERM; Spark's JVM is in the group too)."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    child.wait()
+
+
+def _die_with_parent() -> None:
+    """Linux: the child gets SIGKILL if the demo process dies first (e.g. kill -9), instead of applying on."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def run_dag(root: Path, brokers: list[int], throttle: int, skip_risk: bool, since: float | None,
+            sandbox_seconds: float) -> int:
+    """The child: Airflow on SQLite and dag.test() of the drain, then the report. Returns 0 when the run
+    succeeded."""
+    _die_with_parent()
+    t0 = since if since is not None else time.monotonic()
+    marks: list[tuple[str, float]] = [("sandbox up", t0 + sandbox_seconds)]
 
     def mark(what: str) -> None:
         marks.append((what, time.monotonic()))
 
-    from kplan_airflow import local
+    from kplan_airflow import local, runs
+    from kplan_airflow import summary as sm
 
     sandbox = local.SandboxCluster(root / "sandbox")
-    sandbox.down()
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    print(f"=== sandbox: real ZooKeeper + 6 emulated brokers on 3 racks ({sandbox.dir})", flush=True)
-    sandbox.up("demo")
-    mark("sandbox up")
+    env = local.environment(root / "airflow", zk_connect=sandbox.connect_string, runs_root=root / "runs")
+    local.activate(env)
+    print(f"=== Airflow on SQLite in {root / 'airflow'}: migrating the metadata DB", flush=True)
+    local.init_db()
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=str(local.DAGS), safe_mode=False).dags["kafka_broker_drain"]
+    api = local.ApiClient(json.loads((root / "airflow" / "passwords.json").read_text())[local.USER])
+    mark("Airflow ready (DB, DAGs, API client)")
+
+    def approve(detail: dict) -> str:
+        print("\n=== approval requested (Required Actions); demo mode answers Approve through the REST API\n"
+              f"subject: {detail.get('subject')}\n{detail.get('body')}\n", flush=True)
+        return "Approve"
+
+    approver = local.Approver(api, dag.dag_id, approve, deadline=900, poll=1.0).start()
+    print(f"=== dag.test(): kafka_broker_drain with brokers={brokers}, throttle {throttle:,} B/s"
+          + (" (risk tasks skipped: --skip-risk)" if skip_risk else ""), flush=True)
     try:
-        from kplan_airflow import runs
-        from kplan_airflow import summary as sm
-
-        env = local.environment(root / "airflow", zk_connect=sandbox.connect_string, runs_root=root / "runs")
-        local.activate(env)
-        print(f"=== Airflow on SQLite in {root / 'airflow'}: migrating the metadata DB", flush=True)
-        local.init_db()
-        from airflow.dag_processing.dagbag import DagBag
-
-        dag = DagBag(dag_folder=str(local.DAGS), safe_mode=False).dags["kafka_broker_drain"]
-        api = local.ApiClient(json.loads((root / "airflow" / "passwords.json").read_text())[local.USER])
-        mark("Airflow ready (DB, DAGs, API client)")
-
-        def approve(detail: dict) -> str:
-            print("\n=== approval requested (Required Actions); demo mode answers Approve through the REST API\n"
-                  f"subject: {detail.get('subject')}\n{detail.get('body')}\n", flush=True)
-            return "Approve"
-
-        approver = local.Approver(api, dag.dag_id, approve, deadline=900, poll=1.0).start()
-        print(f"=== dag.test(): kafka_broker_drain with brokers={brokers}, throttle {args.throttle:,} B/s",
-              flush=True)
-        try:
-            dr = dag.test(run_conf={"brokers": brokers, "sizes": str(sandbox.sizes), "throttle": args.throttle})
-        finally:
-            approver.stop()
-        mark("DAG run")
-        tis = sorted(dr.get_task_instances(), key=lambda t: t.start_date or t.end_date or dr.start_date)
-        folder = runs.run_folder(dr.dag_id, dr.run_id)
-        from planner.api import read_plan
-
-        plan = read_plan(folder.plan) if (folder.plan / "plan.json").exists() else None
-        before = runs.read_json(folder.risk / "summary.json")
-        after = runs.read_json(folder.risk_after / "summary.json")
-        if plan:
-            print("\n=== plan summary and risk before / after\n" + sm.text_report(plan, sm.scenario_pairs(after, before)))
-        report = runs.read_json(folder.report)
-        from planner.api import verify_report_text
-
-        print("\n=== verification report (" + str(folder.report) + ")\n"
-              + (verify_report_text(report) if report else "(none: apply / verify did not run)"))
-        after = runs.read_json(folder.apply / "outcome.json")
-        if after:
-            print(f"  apply: {after.get('state')}, {after.get('units_done')}/{after.get('units_total')} batches, "
-                  f"{after.get('partitions_done')}/{after.get('partitions_total')} partitions in "
-                  f"{after.get('seconds', 0):.1f} s")
-        print("\n=== where the time went")
-        for ti in tis:
-            secs = (ti.end_date - ti.start_date).total_seconds() if ti.start_date and ti.end_date else 0.0
-            state = ti.state.value if hasattr(ti.state, "value") else ti.state
-            print(f"  task {ti.task_id:<11} {state:<16} {secs:6.1f} s")
-        prev = t0
-        for what, t in marks:
-            print(f"  {what:<38} {t - prev:6.1f} s")
-            prev = t
-        print(f"  total {time.monotonic() - t0:.1f} s; run folder {folder.root}")
-        ok = str(dr.state).endswith("success") and not approver.watchdog_fired and approver.error is None
-        print(f"\nDAG run {dr.run_id}: {dr.state}")
-        return 0 if ok else 1
+        dr = dag.test(run_conf={"brokers": brokers, "sizes": str(sandbox.sizes), "throttle": throttle},
+                      mark_success_pattern="risk|risk_after" if skip_risk else None)
     finally:
-        if not args.keep:
-            sandbox.down()
+        approver.stop()
+    mark("DAG run")
+    tis = sorted(dr.get_task_instances(), key=lambda t: t.start_date or t.end_date or dr.start_date)
+    folder = runs.run_folder(dr.dag_id, dr.run_id)
+    from planner.api import read_plan, verify_report_text
+
+    plan = read_plan(folder.plan) if (folder.plan / "plan.json").exists() else None
+    before = runs.read_json(folder.risk / "summary.json")
+    after = runs.read_json(folder.risk_after / "summary.json")
+    if plan:
+        print("\n=== plan summary and risk before / after\n" + sm.text_report(plan, sm.scenario_pairs(after, before)))
+    report = runs.read_json(folder.report)
+    print("\n=== verification report (" + str(folder.report) + ")\n"
+          + (verify_report_text(report) if report else "(none: apply / verify did not run)"))
+    outcome = runs.read_json(folder.apply / "outcome.json")
+    if outcome:
+        print(f"  apply: {outcome.get('state')}, {outcome.get('units_done')}/{outcome.get('units_total')} batches, "
+              f"{outcome.get('partitions_done')}/{outcome.get('partitions_total')} partitions in "
+              f"{outcome.get('seconds', 0):.1f} s")
+    print("\n=== where the time went")
+    for ti in tis:
+        secs = (ti.end_date - ti.start_date).total_seconds() if ti.start_date and ti.end_date else 0.0
+        state = ti.state.value if hasattr(ti.state, "value") else ti.state
+        print(f"  task {ti.task_id:<11} {state:<16} {secs:6.1f} s")
+    prev = t0
+    for what, t in marks:
+        print(f"  {what:<38} {t - prev:6.1f} s")
+        prev = t
+    print(f"  total {time.monotonic() - t0:.1f} s; run folder {folder.root}")
+    ok = str(dr.state).endswith("success") and not approver.watchdog_fired and approver.error is None
+    print(f"\nDAG run {dr.run_id}: {dr.state}", flush=True)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

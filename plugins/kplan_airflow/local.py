@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -184,7 +185,23 @@ class SandboxCluster:
 
         kplan = Path(sys.executable).parent / "kplan"
         out = subprocess.DEVNULL if quiet else None
-        subprocess.run([str(kplan), "sandbox", *args, "--dir", str(self.dir)], check=True, stdout=out)
+        cmd = [str(kplan), "sandbox", *args, "--dir", str(self.dir)]
+        # its own process group, so a terminal's Ctrl-C reaches only us; when we are interrupted (the demo's
+        # SIGINT/SIGTERM handler raises), it gets one SIGINT, kplan's Ctrl-C path: it takes down what it
+        # started, where a kill would orphan the JVM or daemon it was starting
+        proc = subprocess.Popen(cmd, stdout=out, process_group=0)
+        try:
+            rc = proc.wait()
+        except BaseException:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+        if rc:
+            raise subprocess.CalledProcessError(rc, cmd)
 
     def up(self, preset: str = "demo") -> SandboxCluster:
         if (self.dir / "sandbox.json").exists():
