@@ -136,7 +136,7 @@ def _cancel_applies(runs_root: Path, connect: str) -> dict[str, str | None]:
     """planner.api.cancel for every plan of this demo's runs: plan id -> what happened (None: no apply of it
     is recorded on the cluster)."""
     from planner import api
-    from planner.errors import PlannerError
+    from planner.api import PlannerError
 
     out: dict[str, str | None] = {}
     for plan_json in sorted(runs_root.glob("*/*/plan/plan.json")):
