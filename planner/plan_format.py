@@ -18,7 +18,7 @@ import numpy as np
 
 from planner.codec import ReassignEntry, encode_reassignment
 from planner.optimizer.batches import batch_traffic, changed_sets
-from planner.optimizer.hotspots import HOT_PCT, hot_spots
+from planner.optimizer.hotspots import HOT_PCT, hot_spot_warning, hot_spots
 from planner.optimizer.planning import PlanResult, broker_figures, move_figures, topic_leader_max
 from planner.plan_model import FORMAT, batch_file_name, file_sha256, plan_id
 
@@ -148,7 +148,7 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
         "moves": moves,
         "batches": batches,
         "solver": {"placement": placement, "leaders": leaders},
-        "warnings": list(res.warnings),
+        "warnings": list(res.warnings) + [hot_spot_warning(h) for h in hot],  # a hot spot must not go unseen
     }
     if files is not None:
         doc["files"] = dict(sorted(files.items()))

@@ -32,6 +32,12 @@ FILES = ("plan.json", "reassignment.json", "rollback.json")
 BATCH_FILE_RE = re.compile(r"^batch-(\d+)\.json$")
 MOVE_KINDS = ("data", "leader")
 BATCH_KINDS = ("leadership", "data")
+HOT_SPOT_WARNING = "hot spot: "  # how a hot spot's line in `warnings` starts (its figures are in `hot_spots`)
+
+
+def is_hot_spot_warning(text: str) -> bool:
+    """A `warnings` line that repeats a hot spot: readers that show `hot_spots` themselves leave it out."""
+    return text.startswith(HOT_SPOT_WARNING)
 
 
 def plan_id(doc: Mapping[str, Any]) -> str:

@@ -172,12 +172,22 @@ def test_a_broker_forced_above_the_mean_by_its_rack_is_named(tmp_path, capsys):
     assert [h["broker"] for h in hot] == [4]
     assert hot[0]["reason"] == "rack" and hot[0]["rack"] == "r0"
     assert hot[0]["excess_pct"] == round(100 * (count[4] - mean) / mean, 1)
-    assert "HOT SPOT" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "HOT SPOT" in printed
     assert read_plan(tmp_path / "p").hot_spots["brokers"][0]["broker"] == 4
-    # a cluster that can be levelled has none
+    # and it is one of the plan's warnings, with the figures worked out above (not only on the review page)
+    hot_w = [w for w in doc["warnings"] if w.startswith("hot spot: ")]
+    assert len(hot_w) == 1, doc["warnings"]
+    assert hot_w[0].startswith(f"hot spot: broker 4 (rack r0) ends {100 * (count[4] - mean) / mean:+.1f}% above "
+                               f"the mean of the eligible brokers ({count[4]} replicas vs a mean of {mean:.1f}); "
+                               "rack: "), hot_w[0]
+    assert read_plan(tmp_path / "p").warnings == tuple(doc["warnings"])
+    assert "warning: hot spot" not in printed  # the CLI shows it once, as its HOT SPOT line
+    # a cluster that can be levelled has none, and no such warning
     spec2 = Spec({b: None for b in range(1, 7)}, set(range(1, 7)), assign)
     doc2 = _plan_cli(tmp_path, write_snapshot(spec2, tmp_path), "q", "drain", "--brokers", "1")
     assert doc2["hot_spots"]["brokers"] == [] and doc2["summary"]["hot_spots"] == 0
+    assert not [w for w in doc2["warnings"] if "hot spot" in w], doc2["warnings"]
 
 
 # ---------------------------------------------------------------------------------------- stranded replicas

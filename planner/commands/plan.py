@@ -157,6 +157,9 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any]) -> None:
                      f"{h['metric']} vs the mean; {h['reason']}: {h['detail']}")
     t = solve["timings_s"]
     lines.append("  times              " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
+    from planner.plan_model import is_hot_spot_warning
+
     for w in doc["warnings"]:
-        lines.append(f"  warning: {w}")
+        if not is_hot_spot_warning(w):  # printed above as HOT SPOT lines
+            lines.append(f"  warning: {w}")
     print("\n".join(lines))

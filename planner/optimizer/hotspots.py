@@ -20,6 +20,7 @@ import numpy as np
 
 from planner.optimizer.checks import popcount, required_racks
 from planner.optimizer.problem import Problem, rack_masks
+from planner.plan_model import HOT_SPOT_WARNING
 
 HOT_PCT = 10.0
 
@@ -73,6 +74,18 @@ def hot_spots(pb: Problem, final: np.ndarray, eligible: np.ndarray, drained: np.
         out.append({"broker": int(pb.broker_ids[b]), "rack": rack, "metric": metric, "value": int(value[b]),
                     "mean": round(mean, 1), "excess_pct": round(excess, 1), "reason": reason, "detail": detail})
     return out
+
+
+def hot_spot_warning(h: dict[str, Any]) -> str:
+    """A hot spot as one line of the plan's `warnings`, so every reader of warnings sees it (the CLI and the
+    review page show the structured `hot_spots` and leave these lines out, see planner.plan_model.is_hot_spot_warning)."""
+    rack = f" (rack {h['rack']})" if h.get("rack") else ""
+    if h["metric"] == "bytes":
+        amounts = f"{_fmt(h['value'], 'bytes')} vs a mean of {_fmt(h['mean'], 'bytes')}"
+    else:
+        amounts = f"{h['value']:,} replicas vs a mean of {h['mean']:,.1f}"
+    return (f"{HOT_SPOT_WARNING}broker {h['broker']}{rack} ends {h['excess_pct']:+.1f}% above the mean of the "
+            f"eligible brokers ({amounts}); {h['reason']}: {h['detail']}")
 
 
 def _per_broker(matrix: np.ndarray, w: np.ndarray, B: int) -> np.ndarray:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from planner.plan_model import is_hot_spot_warning
+
 COUNTS = ("offline", "under_min_isr", "at_min_isr", "under_replicated", "unclean_taken", "rf1_hit")
 
 
@@ -65,7 +67,7 @@ def plan_figures(plan: Any) -> dict[str, Any]:
         "batches": len(plan.batches), "data_batches": data_batches,
         "leadership_batches": len(plan.batches) - data_batches,
         "max_concurrent_per_broker": plan.parameters.get("max_concurrent_per_broker"),
-        "warnings": list(plan.warnings),
+        "warnings": [w for w in plan.warnings if not is_hot_spot_warning(w)],  # hot spots: shown from hot_spots
         "leadership": leadership_trade(plan),
         "hot_spots": [dict(h) for h in (plan.hot_spots or {}).get("brokers", ())],
     }
@@ -163,7 +165,7 @@ def text_report(plan: Any, pairs: list[dict[str, Any]]) -> str:
            f"  replica spread {f['replica_spread'][0]} -> {f['replica_spread'][1]}; leader spread "
            f"{f['leader_spread'][0]} -> {f['leader_spread'][1]}",
            f"  batches {f['leadership_batches']} leadership + {f['data_batches']} data",
-           *(f"  HOT SPOT {hot_spot_line(h)}" for h in f["hot_spots"]), "",
+           *(f"  HOT SPOT{hot_spot_line(h).removeprefix('hot spot:')}" for h in f["hot_spots"]), "",
            f"  {'scenario':<34} {'before':<34} after the plan"]
     for row in pairs:
         out.append(f"  {row['name']:<34} {_cell(row['before']).replace('**', ''):<34} "
