@@ -110,6 +110,14 @@ def test_plan_page_and_json(plugin):
     assert "reassignment.json" in html.text and "rollback.json" in html.text
     assert c.get(f"/kafka-plans/runs/{DAG}/no_such_run").status_code == 404
     assert c.get(f"/kafka-plans/api/runs/{DAG}/..").status_code == 404
+    # broker 4 is r1's only other broker and every "orders" partition spans the 3 racks, so it takes all 12 of
+    # broker 1's "orders" replicas: 24 of the 74 replicas on 5 brokers, a hot spot. plan.json's warnings name
+    # it; the page shows it once, from hot_spots, not a second time as a warning line
+    hot = [w for w in plan.warnings if w.startswith("hot spot: ")]
+    assert len(hot) == 1 and hot[0].startswith("hot spot: broker 4 (rack r1) ends +62.2% above the mean of the "
+                                               "eligible brokers (24 replicas vs a mean of 14.8)"), plan.warnings
+    assert html.text.count("Hot spot: broker 4 (r1)") == 1 and "hot spot: broker 4" not in html.text
+    assert not [w for w in d["figures"]["warnings"] if "hot spot" in w]
 
 
 def test_move_filter(plugin):
