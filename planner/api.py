@@ -43,7 +43,7 @@ __all__ = [
     "ApplyOutcome", "ApplyRequest", "CancelOutcome", "CancelRequest", "DrainRequest", "PlanOutcome", "Progress",
     "RebalanceRequest", "RiskOutcome", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
     "VerifyOutcome", "VerifyRequest", "apply", "cancel", "plan_drain", "plan_rebalance", "read_plan",
-    "read_snapshot", "risk", "snapshot", "verify", "verify_report_text",
+    "read_snapshot", "risk", "snapshot", "verify", "verify_report_text", "human_size",
 ]
 
 log = logging.getLogger(__name__)
@@ -388,6 +388,13 @@ def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyO
         return VerifyOutcome(getattr(e, "path", None), report.get("plan_id", ""), False, pending,
                              tuple(report.get("warnings", ())), report)
     return VerifyOutcome(r.path, r.plan_id, True, (), tuple(r.warnings), r.report)
+
+
+def human_size(n: float | None, unknown: str = "?") -> str:
+    """Bytes as every kplan output shows them (binary units: '68.7 MiB'), for callers that present sizes."""
+    from planner.text import size
+
+    return size(n, unknown)
 
 
 def verify_report_text(report: Mapping[str, Any]) -> str:

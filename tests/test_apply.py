@@ -46,11 +46,11 @@ def test_drain_applies_batches_in_order_with_kafka_style_throttles_then_verifies
     assert bg.result() == 0
     # The progress line (stderr, one line per change when not a terminal): partitions, bytes, rate, ETA.
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0].startswith("apply: running · batches 0/3 · partitions 0/3 · 0 B/72.0 MB")
+    assert lines[0].startswith("apply: running · batches 0/3 · partitions 0/3 · 0 B/68.7 MiB")
     assert any("batch 1 in flight" in x for x in lines)
     after_first = next(x for x in lines if "partitions 1/3" in x)  # a-0 (24 MB) done: a rate and an ETA
-    assert "24.0 MB/72.0 MB" in after_first and re.search(r" [\d.]+ [kMG]?B/s · ETA \d+:\d\d:\d\d$", after_first)
-    assert lines[-1].startswith("apply: completed · batches 3/3 · partitions 3/3 · 72.0 MB/72.0 MB")
+    assert "22.9 MiB/68.7 MiB" in after_first and re.search(r" [\d.]+ [KMG]?i?B/s · ETA \d+:\d\d:\d\d$", after_first)
+    assert lines[-1].startswith("apply: completed · batches 3/3 · partitions 3/3 · 68.7 MiB/68.7 MiB")
     # ... and what another process reads (the review UI): the last progress record and the outcome.
     prog = json.loads((tmp_path / "run" / "apply" / "progress.json").read_text())
     assert (prog["state"], prog["units_done"], prog["units_total"], prog["done"], prog["total"]) == (

@@ -313,3 +313,11 @@ def test_reassignment_and_election_round_trip(entries):
 def test_controller_round_trip(bid, ts, kraft):
     c = codec.Controller(bid, ts, 2, kraft)
     assert codec.decode_controller(codec.encode_controller(c)) == c
+
+
+def test_sizes_read_in_binary_units_everywhere():
+    from planner.text import size
+
+    assert [size(n) for n in (0, 1023, 1024, 1536, 24_000_000, 72_000_000, 5 * 2**40, 3 * 2**50)] == [
+        "0 B", "1,023 B", "1.0 KiB", "1.5 KiB", "22.9 MiB", "68.7 MiB", "5.0 TiB", "3,072.0 TiB"]
+    assert size(None) == "?" and size(None, unknown="size unknown") == "size unknown"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import BadInput
-from planner.text import count
+from planner.text import count, size
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -78,14 +78,7 @@ def _broker_list(text: str) -> list[int]:
 
 
 def _human(n: int | None) -> str:
-    if n is None:
-        return "size unknown"
-    x = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if x < 1024 or unit == "PiB":
-            return f"{x:.1f} {unit}" if unit != "B" else f"{int(x)} B"
-        x /= 1024
-    return f"{n} B"
+    return size(n, unknown="size unknown")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from planner.text import size
+
 
 @dataclass(frozen=True)
 class Progress:
@@ -33,16 +35,6 @@ class Progress:
         return asdict(self)
 
 
-def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} PB"
-
-
 def human_seconds(s: float | None) -> str:
     if s is None:
         return "?"
@@ -58,8 +50,8 @@ def line(p: Progress) -> str:
              f"batches {p.units_done}/{p.units_total}",
              f"partitions {p.done:,}/{p.total:,}"]
     if p.bytes_total:
-        parts.append(f"{human_bytes(p.bytes_done)}/{human_bytes(p.bytes_total)}")
-    parts.append(f"{human_bytes(p.rate)}/s" if p.rate else "rate -")
+        parts.append(f"{size(p.bytes_done)}/{size(p.bytes_total)}")
+    parts.append(f"{size(p.rate)}/s" if p.rate else "rate -")
     parts.append(f"ETA {human_seconds(p.eta)}" if p.eta is not None else "ETA -")
     return " · ".join(parts)
 

@@ -21,6 +21,7 @@ import numpy as np
 from planner.optimizer.checks import popcount, required_racks
 from planner.optimizer.problem import Problem, rack_masks
 from planner.plan_model import HOT_SPOT_WARNING
+from planner.text import size
 
 HOT_PCT = 10.0
 
@@ -131,10 +132,4 @@ def _rack_floor(pb: Problem, eligible: np.ndarray, drained: np.ndarray, w: np.nd
 
 
 def _fmt(x: float, unit: str) -> str:
-    if unit == "bytes":
-        v = float(x)
-        for u in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-            if v < 1024 or u == "PiB":
-                return f"{v:.1f} {u}"
-            v /= 1024
-    return f"{x:,.0f} replicas"
+    return size(x) if unit == "bytes" else f"{x:,.0f} replicas"

@@ -7,19 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from planner.api import human_size
 from planner.plan_model import is_hot_spot_warning
 
 COUNTS = ("offline", "under_min_isr", "at_min_isr", "under_replicated", "unclean_taken", "rf1_hit")
 
 
 def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "unknown"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"
+    return human_size(n, unknown="unknown")
 
 
 def _key(s: Mapping[str, Any]) -> tuple:
