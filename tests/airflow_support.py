@@ -10,7 +10,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kplan_airflow import local
+from waiting import poll
 
 PASSWORD = "kplan-test-pw"
 
@@ -30,14 +30,8 @@ def free_port() -> int:
 
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
+    """poll() at a pace a web server or a browser does not mind."""
+    return poll(cond, timeout, what, every)
 
 
 @contextmanager

@@ -11,13 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from waiting import poll  # noqa: F401 - re-exported for the apply tests
 
 from planner import cli
 from planner import zk as zkmod
@@ -94,17 +94,6 @@ def plan_hex(doc: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- waiting
-def poll(fn: Callable[[], Any], timeout: float = 30.0, what: str = "condition", every: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
-
-
 class Background:
     """Run a callable in a thread; `result()` re-raises its exception."""
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from typing import Any
+
+from waiting import poll
 
 from planner import codec
 from planner import zk as zkmod
@@ -22,17 +23,6 @@ REAL = dict(session_timeout=6, shutdown_retries=2, shutdown_retry_interval=0.5, 
 
 def racks(n: int, r: int = 3) -> list[dict[str, Any]]:
     return [{"id": i, "rack": f"r{(i - 1) % r + 1}"} for i in range(1, n + 1)]
-
-
-def poll(fn: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class Real:

@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from waiting import poll
 
 from planner import cli, codec
 from planner import zk as zkmod
@@ -43,17 +42,6 @@ def part(replicas: list[int], leader: int | None = None, isr: list[int] | None =
     if isr is not None:
         p["isr"] = isr
     return p
-
-
-def poll(fn: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class Cluster:
