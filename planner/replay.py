@@ -329,17 +329,27 @@ def controlled_shutdown(b: Batch, stopping: np.ndarray, live: np.ndarray,
     blocks = np.full(len(leader), -1, dtype=np.int32)
     asked = np.zeros_like(stopping)
     eligible = _in(b.replicas, registered)
+    # k's request changes only rows that k leads or whose ISR holds k: rows that hold k as leader, replica or
+    # ISR member (a leader only ever moves to a replica, an ISR only shrinks). A rack's request touches its
+    # few thousand rows, not the whole batch again for each of the rack's brokers.
+    ids_k, bounds, rows_k = _index_by_broker(np.concatenate([b.replicas, b.isr, b.leader[:, None]], axis=1))
     for k in ids:
         asked[k] = True
-        led = acting & (leader == k)
-        followed = acting & (leader != k) & (isr == k).any(axis=1) & (_size(isr) > 1)
-        candidate = _first(b.replicas, eligible & _member(b.replicas, isr) & ~_in(b.replicas, asked))
+        i = np.searchsorted(ids_k, k)
+        if i == len(ids_k) or ids_k[i] != k:
+            continue
+        r = np.unique(rows_k[bounds[i]:bounds[i + 1]])
+        lk, ik, reps = leader[r], isr[r], b.replicas[r]
+        led = acting[r] & (lk == k)
+        followed = acting[r] & (lk != k) & (ik == k).any(axis=1) & (_size(ik) > 1)
+        candidate = _first(reps, eligible[r] & _member(reps, ik) & ~_in(reps, asked))
         moved = led & (candidate >= 0)
-        leader[moved] = candidate[moved]
-        isr[moved] = _keep(isr[moved], ~_in(isr[moved], asked))
-        changes += moved
-        blocks[led & ~moved] = k
-        isr[followed] = _keep(isr[followed], isr[followed] != k)
+        mr, fr = r[moved], r[followed]
+        leader[mr] = candidate[moved]
+        isr[mr] = _keep(ik[moved], ~_in(ik[moved], asked))
+        changes[mr] += 1
+        blocks[r[led & ~moved]] = k
+        isr[fr] = _keep(ik[followed], ik[followed] != k)
     # The brokers then stop: everything not moved away gracefully meets the hard-failure rule.
     out = hard_failure(replace(b, leader=leader, isr=isr), stopping, live)
     out.leader_changes = changes + out.leader_changes
@@ -459,7 +469,7 @@ def _facts(st: ClusterState, rows: np.ndarray, leader_before: np.ndarray, out: O
         "leader": leader_before,
         "new_leader": out.leader,
         "new_isr_size": _size(out.isr),
-        "rf": st.rf[rows],
+        "rf": _size(st.replicas[rows]).astype(np.int32),
         "min_isr": st.min_isr[rows],
         "unclean_allowed": st.unclean[rows],
         "unclean_taken": out.unclean_taken,
