@@ -115,7 +115,7 @@ class Executor:
             self._final_count[u] += 1
             self._final_bytes[u] += plan.moves[k].bytes or 0
         self._final = final
-        self._rate_brokers = self._brokers_ahead()
+        self._rate_brokers = brokers_ahead(plan.units, self.rate)
         client.add_listener(self._on_state)
 
     # ----------------------------------------------------------------------------------- plumbing
@@ -408,9 +408,6 @@ class Executor:
             spec.brokers |= self._rate_brokers[unit.index]
         return spec
 
-    def _brokers_ahead(self) -> list[set[int]]:
-        return brokers_ahead(self.plan.units, self.rate)
-
     def _before_submit(self, unit: Unit) -> None:
         """Right before a unit: the previous znode is gone (or refuse a foreign one), the unit's partitions are
         where the previous step left them, its targets are registered, no KRaft migration started."""
@@ -695,8 +692,7 @@ class Executor:
                 self._read(lambda: preflight.check_targets(self.view, self.plan, None, [r]))
             rate = self.rate(unit)
             if rate and unit.kind == "data":
-                self.throttles.throttle(spec_for((e.topic, e.partition, b, e.replicas)
-                                            for e, b in zip(r.entries, r.before, strict=True)), rate)
+                self.throttles.throttle(_unit_spec(r), rate)
             self._submit(run, r, revert=True)
             run = self.run
             rev = run.doc["revert"]
