@@ -52,6 +52,9 @@ with DAG(
         "max_leader_changes": Param(None, type=["null", "integer"], minimum=0, title="Max leader changes",
                                     description="Budget of preferred-leader changes, necessary ones included; "
                                     "empty = none"),
+        "max_disk_usage": Param(0.85, type="number", exclusiveMinimum=0, maximum=1, title="Max disk usage",
+                                description="No broker may hold more than this fraction of its log dirs' capacity "
+                                "after the plan or at any batch boundary"),
         "throttle": Param(None, type=["null", "integer"], minimum=1, title="Throttle (bytes/s)",
                           description="Replication throttle while data moves; empty = the plan's suggested rate, if any"),
         "max_concurrent_per_broker": Param(5, type="integer", minimum=1, maximum=1000,
@@ -73,7 +76,8 @@ with DAG(
                              exclude_topics="{{ params.exclude_topics }}",
                              max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}",
                              sizes="{{ params.sizes }}", leader_scope="{{ params.leader_scope }}",
-                             max_leader_changes="{{ params.max_leader_changes }}", **READ_ONLY)
+                             max_leader_changes="{{ params.max_leader_changes }}",
+                             max_disk_usage="{{ params.max_disk_usage }}", **READ_ONLY)
     risk_after = RiskOperator(task_id="risk_after", drains="{{ params.brokers }}",
                               mode="{{ params.shutdown_mode }}", after_plan=True, **READ_ONLY)
     publish = PublishOperator(task_id="publish", require_approval="{{ params.require_approval }}")

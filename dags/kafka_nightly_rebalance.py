@@ -47,6 +47,9 @@ with DAG(
                                         title="Auto-approve up to this many bytes"),
         "auto_approve_max_risk": Param("low", enum=["low", "medium", "high", "critical"],
                                        title="Auto-approve up to this risk level (after the plan)"),
+        "max_disk_usage": Param(0.85, type="number", exclusiveMinimum=0, maximum=1, title="Max disk usage",
+                                description="No broker may hold more than this fraction of its log dirs' capacity "
+                                "after the plan or at any batch boundary"),
         "throttle": Param(None, type=["null", "integer"], minimum=1, title="Throttle (bytes/s)"),
         "max_concurrent_per_broker": Param(5, type="integer", minimum=1, maximum=1000),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),
@@ -61,7 +64,8 @@ with DAG(
     plan = RebalancePlanOperator(task_id="plan", max_moves="{{ params.max_moves }}",
                                  max_bytes="{{ params.max_bytes }}", exclude_topics="{{ params.exclude_topics }}",
                                  max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}",
-                                 sizes="{{ params.sizes }}", **READ_ONLY)
+                                 sizes="{{ params.sizes }}", max_disk_usage="{{ params.max_disk_usage }}",
+                                 **READ_ONLY)
     risk_after = RiskOperator(task_id="risk_after", all_brokers=True, all_racks=True, mode="controlled",
                               after_plan=True, **READ_ONLY)
     publish = PublishOperator(task_id="publish", auto_approve_max_moves="{{ params.auto_approve_max_moves }}",

@@ -219,6 +219,7 @@ class DrainRequest:
     max_leader_changes: int | None = None     # all preferred-leader changes, necessary ones included
     batch_seconds: int = 3600                 # target duration of a batch (its suggested throttle)
     force: bool = False
+    max_disk_usage: float = 0.85              # no broker above this fraction of its disk capacity (docs/PLAN.md)
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,7 @@ class RebalanceRequest:
     max_leader_changes: int | None = None
     batch_seconds: int = 3600
     force: bool = False
+    max_disk_usage: float = 0.85
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,7 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
             "alive": [bool(x) for x in pb.alive.tolist()],
             "drained": [bool(x) for x in res.drained.tolist()],
             "eligible": [bool(x) for x in res.eligible.tolist()],
+            **_disk(pb),
         },
         "before": before,
         "after": after,
@@ -154,6 +155,17 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
         doc["files"] = dict(sorted(files.items()))
     doc["id"] = plan_id(doc)
     return doc
+
+
+def _disk(pb) -> dict[str, Any]:
+    """The brokers' disk capacity and the limit the plan kept (docs/PLAN.md "Disk capacity"), when known."""
+    from planner.optimizer.capacity import limits
+
+    if not (pb.capacity_bytes >= 0).any():
+        return {}
+    lim = limits(pb)
+    return {"capacity_bytes": [int(x) if x >= 0 else None for x in pb.capacity_bytes.tolist()],
+            "disk_limit_bytes": [int(x) if x >= 0 else None for x in lim.tolist()]}
 
 
 def reassignment_entries(res: PlanResult, original: bool = False) -> list[ReassignEntry]:

@@ -62,12 +62,16 @@ def run_plan(kind: str, req: DrainRequest | RebalanceRequest, say: Callable[[str
 
     started = time.perf_counter()
     params = _params(kind, req)
+    if not isinstance(req.max_disk_usage, int | float) or isinstance(req.max_disk_usage, bool) \
+            or not 0 < req.max_disk_usage <= 1:
+        raise BadInput(f"max_disk_usage must be a fraction in (0, 1] (e.g. 0.85), got {req.max_disk_usage!r}")
     snapshot_dir = Path(req.snapshot)
     check_output(Path(req.out), req.force, (snapshot_dir,))
     say(f"reading snapshot {snapshot_dir}")
     snap = read_snapshot(snapshot_dir)
     sizes, sizes_param = _sizes(req.sizes)
-    pb = from_snapshot(snap, sizes=sizes, exclude_topics=req.exclude_topics, rack_aware=req.rack_aware)
+    pb = from_snapshot(snap, sizes=sizes, exclude_topics=req.exclude_topics, rack_aware=req.rack_aware,
+                       max_disk_usage=req.max_disk_usage)
     load_s = time.perf_counter() - started
     say(f"{count(pb.num_partitions, 'partition')}, {count(pb.num_brokers, 'broker')}, "
         f"{'rack-aware' if pb.rack_aware else 'not rack-aware'}, "
@@ -88,6 +92,7 @@ def run_plan(kind: str, req: DrainRequest | RebalanceRequest, say: Callable[[str
         "leader_scope": params.scope,
         "max_leader_changes": params.max_leader_changes,
         "batch_seconds": params.batch_seconds,
+        "max_disk_usage": pb.max_disk_usage,
     }
     timings = {"load": round(load_s, 3), **{k.removesuffix("_s"): round(v, 3) for k, v in res.timings.items()}}
     say(f"writing {req.out}")

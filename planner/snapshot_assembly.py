@@ -106,7 +106,7 @@ def assemble(read: ClusterRead, lenient: bool) -> Assembled:
         parts = pa.concat_tables(pieces).combine_chunks()
     else:
         empty = {f.name: pa.array([], f.type) for f in sio.PARTITIONS_SCHEMA
-                 if f.name not in ("topic", "target_replicas", "size_bytes")}
+                 if f.name not in ("topic", "target_replicas", "size_bytes", "replica_sizes")}
         parts = pa.table({**empty, "_g": pa.array([], pa.int32())})
     g = parts.column("_g").to_numpy()
     p = parts.column("partition").to_numpy()
@@ -139,7 +139,8 @@ def assemble(read: ClusterRead, lenient: bool) -> Assembled:
     partitions = (parts.drop_columns(["_g"])
                   .append_column("topic", topic_col)
                   .append_column("target_replicas", target)
-                  .append_column("size_bytes", pa.nulls(n_rows, pa.int64())))
+                  .append_column("size_bytes", pa.nulls(n_rows, pa.int64()))
+                  .append_column("replica_sizes", pa.nulls(n_rows, pa.list_(pa.int64()))))
     partitions = partitions.select(sio.PARTITIONS_SCHEMA.names).cast(sio.PARTITIONS_SCHEMA)
 
     # Topics table.
@@ -196,6 +197,8 @@ def assemble(read: ClusterRead, lenient: bool) -> Assembled:
         rows_b["config"].append(_compact(config))
         rows_b["leader_throttle_rate"].append(rates[0])
         rows_b["follower_throttle_rate"].append(rates[1])
+        for col in ("capacity_bytes", "disk_used_bytes", "log_dirs", "log_dir_errors"):
+            rows_b[col].append(None)        # filled from DescribeLogDirs (planner.logdirs.merge_log_dirs)
     brokers = pa.table(rows_b, schema=sio.BROKERS_SCHEMA)
     return Assembled(brokers, topics, partitions, tuple(found.all() + extra))
 

@@ -41,6 +41,9 @@ PARTITIONS_SCHEMA = pa.schema(
         # null when the state znode was read and is valid; otherwise what is wrong with it (lenient snapshots
         # keep such a partition, whose assignment is known, with its state marked unknown)
         ("state_error", pa.string()),
+        # each replica's own size (parallel to `replicas`) as its broker's DescribeLogDirs reported it, -1 where
+        # that replica could not be read; null when the snapshot read no sizes
+        ("replica_sizes", pa.list_(pa.int64())),
     ]
 )
 
@@ -74,12 +77,19 @@ BROKERS_SCHEMA = pa.schema(
         ("config", pa.string()),
         ("leader_throttle_rate", pa.int64()),
         ("follower_throttle_rate", pa.int64()),
+        # from DescribeLogDirs (v4+, Kafka 3.3+), null when unknown: the summed TotalBytes of the broker's log
+        # dirs that answered without error, and the bytes in use on them (TotalBytes - UsableBytes)
+        ("capacity_bytes", pa.int64()),
+        ("disk_used_bytes", pa.int64()),
+        ("log_dirs", pa.list_(pa.string())),
+        ("log_dir_errors", pa.list_(pa.string())),
     ]
 )
 
 SCHEMAS = {"partitions": PARTITIONS_SCHEMA, "topics": TOPICS_SCHEMA, "brokers": BROKERS_SCHEMA}
 # Columns added after kplan-snapshot/1 was first written: a folder without them reads as all-null.
-OPTIONAL = {"partitions": {"state_error"}}
+OPTIONAL = {"partitions": {"state_error", "replica_sizes"},
+            "brokers": {"capacity_bytes", "disk_used_bytes", "log_dirs", "log_dir_errors"}}
 
 # Rows per row group of partitions.parquet: Spark splits a Parquet file only at row-group boundaries, so a
 # million-partition table written as one group would be read by a single task.

@@ -33,6 +33,8 @@ class SynthCluster:
     topic_min_isr: np.ndarray       # int32 (T,)
     topic_unclean: np.ndarray       # bool (T,)
     alive: np.ndarray = field(default=None)  # bool (B,)
+    capacity_bytes: np.ndarray | None = None   # int64 (B,) log dirs' TotalBytes summed, -1 unknown
+    disk_used_bytes: np.ndarray | None = None  # int64 (B,) TotalBytes - UsableBytes, -1 unknown
 
     def __post_init__(self) -> None:
         if self.alive is None:
@@ -100,6 +102,13 @@ def synth_cluster(
                         np.zeros(n_topics, dtype=bool))
 
 
+def _nullable(values: np.ndarray | None, n: int) -> pa.Array:
+    if values is None:
+        return pa.nulls(n, pa.int64())
+    v = np.asarray(values, dtype=np.int64)
+    return pa.array(v, pa.int64(), mask=v < 0)
+
+
 def to_snapshot(c: SynthCluster, out: Path | str, source: str = "synth") -> Path:
     """Write the cluster as a snapshot folder (docs/SNAPSHOT.md), as if `kplan snapshot` had read it."""
     started = time.time()
@@ -160,6 +169,8 @@ def to_snapshot(c: SynthCluster, out: Path | str, source: str = "synth") -> Path
             "config": pa.array(["{}"] * nb),
             "leader_throttle_rate": pa.nulls(nb, pa.int64()),
             "follower_throttle_rate": pa.nulls(nb, pa.int64()),
+            "capacity_bytes": _nullable(c.capacity_bytes, nb),
+            "disk_used_bytes": _nullable(c.disk_used_bytes, nb),
         }
     )
     fp = sio.assignment_fingerprint(topic_dict, c.partition, replicas)

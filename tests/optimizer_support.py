@@ -28,6 +28,8 @@ class Spec:
     alive: set[int]
     assignment: dict[tuple[str, int], list[int]]
     sizes: dict[tuple[str, int], int] | None = None
+    capacity: dict[int, int] | None = None     # broker -> log dirs' TotalBytes (DescribeLogDirs v4)
+    disk_used: dict[int, int] | None = None    # broker -> TotalBytes - UsableBytes
 
     @property
     def broker_ids(self) -> list[int]:
@@ -58,6 +60,8 @@ def write_snapshot(spec: Spec, tmp: Path) -> Path:
         topic_min_isr=np.ones(len(topics), dtype=np.int32),
         topic_unclean=np.zeros(len(topics), dtype=bool),
         alive=np.array([b in spec.alive for b in ids]),
+        capacity_bytes=np.array([spec.capacity.get(b, -1) for b in ids]) if spec.capacity else None,
+        disk_used_bytes=np.array([spec.disk_used.get(b, -1) for b in ids]) if spec.disk_used else None,
     )
     out = tmp / f"snap{next(_dirs)}"
     to_snapshot(c, out)

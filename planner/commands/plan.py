@@ -53,6 +53,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         q.add_argument("--batch-seconds", type=int, default=3600, metavar="S",
                        help="target duration of one batch: its suggested throttle is its busiest broker's "
                             "bytes over S (default 3600)")
+        q.add_argument("--max-disk-usage", type=float, default=0.85, metavar="F",
+                       help="no broker may hold more than this fraction of its log dirs' capacity after the "
+                            "plan or at any batch boundary (default 0.85; capacity from the snapshot)")
         q.add_argument("--quiet", action="store_true", help="no progress on stderr")
         q.add_argument("--force", action="store_true", help="replace --out if it is not empty")
         q.set_defaults(func=_run)
@@ -93,7 +96,8 @@ def _run(args: argparse.Namespace) -> int:
     common = dict(snapshot=args.snapshot, out=args.out, exclude_topics=args.exclude_topics,
                   rack_aware=args.rack_aware, sizes=args.sizes,
                   max_concurrent_per_broker=args.max_concurrent_per_broker, order=args.order, force=args.force,
-                  max_leader_changes=args.max_leader_changes, batch_seconds=args.batch_seconds)
+                  max_leader_changes=args.max_leader_changes, batch_seconds=args.batch_seconds,
+                  max_disk_usage=args.max_disk_usage)
     if args.leader_scope:
         common["leader_scope"] = args.leader_scope
     if args.kind == "drain":
@@ -104,6 +108,27 @@ def _run(args: argparse.Namespace) -> int:
                                                           balance=args.balance, **common), progress=progress)
     _print_summary(outcome.plan.doc, outcome.solve)
     return 0
+
+
+def _disk_lines(doc: Mapping[str, Any]) -> list[str]:
+    """'disk use  max 61.2% -> 78.9% (broker 4), limit 85%' over the brokers that stay."""
+    br = doc["brokers"]
+    cap = br.get("capacity_bytes")
+    if not cap or "disk_used_bytes" not in doc["after"]:
+        return ["  disk capacity      unknown (not checked: the snapshot has no log-dir capacity)"]
+
+    def top(used: list) -> tuple[float, int | None]:
+        best, who = -1.0, None
+        for bid, c, u, e in zip(br["ids"], cap, used, br["eligible"], strict=True):
+            if e and c and u is not None and u / c > best:
+                best, who = u / c, bid
+        return best, who
+
+    b_pct, _ = top(doc["before"]["disk_used_bytes"])
+    a_pct, who = top(doc["after"]["disk_used_bytes"])
+    limit = doc["parameters"].get("max_disk_usage")
+    return [f"  disk use           fullest kept broker {100 * b_pct:.1f}% -> {100 * a_pct:.1f}% (broker {who}); "
+            f"limit {100 * limit:g}% of capacity, at every batch boundary too"] if who is not None else []
 
 
 def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any]) -> None:
@@ -135,6 +160,7 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any]) -> None:
     if "bytes_max_deviation_pct" in a:
         lines.append(f"  bytes vs mean      max deviation {b['bytes_max_deviation_pct']}% -> "
                      f"{a['bytes_max_deviation_pct']}%")
+    lines.extend(_disk_lines(doc))
     nlead = sum(1 for x in doc["batches"] if x["kind"] == "leadership")
     lines.append(f"  batches            {nlead} leadership + {s['batches'] - nlead} data "
                  f"(max {p['max_concurrent_per_broker']} moves per broker, {p['order']})")

@@ -74,7 +74,7 @@ def make_batches(pb: Problem, final: np.ndarray, drained: np.ndarray, limit: int
         if pb.sizes_known:
             key = size if order == "smallest-first" else -size
             rows = rows[np.lexsort((rows, key))]
-        for group in _first_fit(orig[rows], final[rows], limit, pb.num_brokers):
+        for group in _first_fit(orig[rows], final[rows], limit, pb.num_brokers, _disk(pb, rows, final[rows])):
             r = rows[group]
             batches.append(Batch(len(batches), "data", r, final[r]))
     return batches
@@ -87,28 +87,109 @@ def _in_isr(pb: Problem, rows: np.ndarray, sub: np.ndarray) -> np.ndarray:
     return ((sub[:, :, None] == isr[:, None, :]) & (sub[:, :, None] >= 0)).any(axis=2)
 
 
-def _first_fit(orig: np.ndarray, final: np.ndarray, limit: int, n_brokers: int) -> list[np.ndarray]:
-    """Assign moves (in the given order) to the first batch where every broker they touch has room."""
+@dataclass
+class _Disk:
+    """The disk limit at batch boundaries, for the brokers where order matters ("tight": the bytes the plan
+    adds to them, with nothing freed first, would take them above their limit)."""
+    tight: np.ndarray        # bool (B,)
+    room: np.ndarray         # int64 (B,) limit - usage now
+    add: list[list[tuple[int, int]]]    # per move: (broker, bytes) it adds
+    free: list[list[tuple[int, int]]]   # per move: (broker, bytes) it frees once its batch completes
+    ids: np.ndarray          # broker ids, for messages
+
+
+def _disk(pb: Problem, rows: np.ndarray, final: np.ndarray) -> _Disk | None:
+    from planner.optimizer import capacity
+
+    lim = capacity.limits(pb)
+    if not (lim >= 0).any() or not pb.sizes_known:
+        return None
+    orig = pb.replicas[rows]
+    added, _, _ = capacity.changes(pb, orig, final, rows)
+    room = np.where(lim >= 0, lim - pb.disk_used_bytes, np.iinfo(np.int64).max // 4)
+    tight = (lim >= 0) & (added > room)
+    if not tight.any():
+        return None
+    add_m = (final >= 0) & ~(final[:, :, None] == orig[:, None, :]).any(axis=2)
+    rem_m = (orig >= 0) & ~(orig[:, :, None] == final[:, None, :]).any(axis=2)
+    own = np.where(pb.replica_sizes[rows] >= 0, pb.replica_sizes[rows], pb.sizes[rows][:, None])
+    add = [[(int(b), int(pb.sizes[r])) for b in f[a] if tight[b]] for r, f, a in zip(rows, final, add_m, strict=True)]
+    free = [[(int(b), int(w)) for b, w in zip(o[m], ow[m], strict=True) if tight[b]]
+            for o, m, ow in zip(orig, rem_m, own, strict=True)]
+    return _Disk(tight, room.astype(np.int64), add, free, pb.broker_ids)
+
+
+def _first_fit(orig: np.ndarray, final: np.ndarray, limit: int, n_brokers: int, disk: _Disk | None = None
+               ) -> list[np.ndarray]:
+    """Assign moves (in the given order) to the first batch where every broker they touch has room: at most
+    `limit` moves, and, for brokers whose disk is tight, room under the disk limit in that batch and every
+    later one (a batch holds its partitions on the old and new brokers; what it frees counts from the next
+    batch on). A move that fits no batch yet waits until the moves placed after it free space; moves that
+    never fit are refused (Infeasible, naming the brokers)."""
     added = (final >= 0) & ~(final[:, :, None] == orig[:, None, :]).any(axis=2)
     removed = (orig >= 0) & ~(orig[:, :, None] == final[:, None, :]).any(axis=2)
     touched = [np.concatenate([f[a], o[r]]).tolist() for f, a, o, r in zip(final, added, orig, removed,
                                                                             strict=True)]
     load: list[np.ndarray] = []
     first_free = np.zeros(n_brokers, dtype=np.int64)
-    assign = np.empty(len(touched), dtype=np.int64)
-    for i, brokers in enumerate(touched):
-        k = int(first_free[brokers].max()) if brokers else 0
-        while True:
-            while k >= len(load):
-                load.append(np.zeros(n_brokers, dtype=np.int32))
-            if all(load[k][b] < limit for b in brokers):
-                break
-            k += 1
-        for b in brokers:
-            load[k][b] += 1
-            while first_free[b] < len(load) and load[int(first_free[b])][b] >= limit:
-                first_free[b] += 1
-        assign[i] = k
+    assign = np.full(len(touched), -1, dtype=np.int64)
+    # disk: net[k][b] = bytes batch k adds minus what earlier batches freed... kept as per-batch adds/frees
+    adds: list[dict[int, int]] = []
+    frees: list[dict[int, int]] = []
+
+    def peak_ok(i: int, k: int) -> bool:
+        if disk is None or not disk.add[i]:
+            return True
+        for b, z in disk.add[i]:
+            level = 0
+            for j in range(len(load)):      # usage above now at batch j's peak: earlier net + j's adds
+                peak = level + adds[j].get(b, 0) + (z if j >= k else 0)
+                if peak > disk.room[b]:
+                    return False
+                level += adds[j].get(b, 0) - frees[j].get(b, 0)
+            if k >= len(load) and level + z > disk.room[b]:
+                return False
+        return True
+
+    waiting = list(range(len(touched)))
+    while waiting:
+        left = []
+        for i in waiting:
+            brokers = touched[i]
+            k = int(first_free[brokers].max()) if brokers else 0
+            while True:
+                if k >= len(load) and not peak_ok(i, k):
+                    k = -1
+                    break
+                while k >= len(load):
+                    load.append(np.zeros(n_brokers, dtype=np.int32))
+                    adds.append({})
+                    frees.append({})
+                if all(load[k][b] < limit for b in brokers) and peak_ok(i, k):
+                    break
+                k += 1
+            if k < 0:
+                left.append(i)
+                continue
+            for b in brokers:
+                load[k][b] += 1
+                while first_free[b] < len(load) and load[int(first_free[b])][b] >= limit:
+                    first_free[b] += 1
+            if disk is not None:
+                for b, z in disk.add[i]:
+                    adds[k][b] = adds[k].get(b, 0) + z
+                for b, z in disk.free[i]:
+                    frees[k][b] = frees[k].get(b, 0) + z
+            assign[i] = k
+        if len(left) == len(waiting):
+            from planner.optimizer.checks import Infeasible
+
+            assert disk is not None
+            stuck = sorted({int(disk.ids[b]) for i in left for b, _ in disk.add[i]})
+            raise Infeasible("disk-capacity", f"disk capacity: {len(left)} moves cannot be ordered into batches "
+                             f"that keep brokers {stuck} under the disk limit at every batch "
+                             "boundary (each needs space another of them frees only later)")
+        waiting = left
     order = np.argsort(assign, kind="stable")
     bounds = np.searchsorted(assign[order], np.arange(len(load) + 1))
     return [order[bounds[k]:bounds[k + 1]] for k in range(len(load)) if bounds[k + 1] > bounds[k]]

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.optimizer import capacity
 from planner.optimizer.checks import Infeasible, group_by_topic, popcount, required_racks
 from planner.optimizer.mcf import FlowGraph, band, level_arcs
 from planner.optimizer.problem import Problem, rack_masks
-from planner.text import count
+from planner.text import count, size
 
 
 def check_drain_request(pb: Problem, drained: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -75,6 +76,7 @@ def _need(pb: Problem, rows: np.ndarray, kept: np.ndarray, eligible: np.ndarray)
 def place_drain(pb: Problem, drained: np.ndarray) -> np.ndarray:
     """The final replica matrix of a drain (same slots; a moved replica takes its old slot)."""
     rows, on_d = check_drain_request(pb, drained)
+    check_capacity_request(pb, drained)
     final = pb.replicas.copy()
     if not len(rows):
         return final
@@ -175,6 +177,84 @@ def place_drain(pb: Problem, drained: np.ndarray) -> np.ndarray:
     si, sj = np.nonzero(on_d)
     assert len(si) == len(o) and (si == o).all(), "drain flow did not place every replica"
     final[rows[si], sj] = b
+    return fit_capacity(pb, drained, final, rows, on_d)
+
+
+def check_capacity_request(pb: Problem, drained: np.ndarray) -> None:
+    """Refuse a drain no placement can fit on the remaining disks (docs/PLAN.md "Disk capacity"): a kept
+    broker already above the limit, or more bytes to move than the kept brokers' room under it."""
+    eligible = pb.alive & ~drained
+    capacity.check_now(pb, eligible)
+    lim = capacity.limits(pb)
+    if not (eligible.any() and (lim[eligible] >= 0).all()):
+        return   # a receiver of unknown capacity: no bound on the room (the plan warns)
+    valid = pb.replicas >= 0
+    on_d = (valid & drained[np.maximum(pb.replicas, 0)]).sum(axis=1)
+    moving = int((on_d * np.maximum(pb.sizes, 0)).sum())
+    room = np.maximum(0, lim - pb.disk_used_bytes)[eligible]
+    if moving > int(room.sum()):
+        ids = pb.broker_ids[eligible].tolist()
+        shown = ", ".join(f"{b}: {size(r)}" for b, r in zip(ids[:10], room[:10].tolist(), strict=True))
+        raise Infeasible("disk-capacity",
+                         f"disk capacity: the drain of brokers {pb.broker_ids[drained].tolist()} moves "
+                         f"{size(moving)}, but the {count(len(ids), 'broker')} that stay have only "
+                         f"{size(int(room.sum()))} of room under {100 * pb.max_disk_usage:g} % of their "
+                         f"capacity ({shown}{' ...' if len(ids) > 10 else ''})")
+
+
+def fit_capacity(pb: Problem, drained: np.ndarray, final: np.ndarray, rows: np.ndarray, on_d: np.ndarray
+                 ) -> np.ndarray:
+    """Move moved-in replicas off brokers the placement takes above their disk limit onto brokers with room.
+
+    The flow levels replica counts; where that overfills a disk, the largest replicas it gave that broker are
+    taken back until it fits, then re-placed, largest first, each on the broker with the most room left that
+    may hold it (registered, kept, not holding the partition, rack coverage kept, capacity known). Refused
+    (Infeasible, naming brokers and bytes) when one fits nowhere."""
+    lim = capacity.limits(pb)
+    eligible = pb.alive & ~drained
+    usage = capacity.usage_after(pb, final)
+    over = eligible & (lim >= 0) & (usage > lim)
+    if not over.any():
+        return final
+    si, sj = np.nonzero(on_d)
+    r_all, s_all = rows[si], sj
+    dest = final[r_all, s_all]
+    size_e = np.maximum(pb.sizes[r_all], 0)
+    evict: list[int] = []
+    for b in np.flatnonzero(over).tolist():
+        mine = np.flatnonzero(dest == b)
+        mine = mine[np.argsort(-size_e[mine], kind="stable")]
+        excess = int(usage[b] - lim[b])
+        cum = np.cumsum(size_e[mine])
+        k = int(np.searchsorted(cum, excess)) + 1
+        evict.extend(mine[:k].tolist())
+        usage[b] -= int(cum[min(k, len(cum)) - 1]) if len(cum) else 0
+    room = np.where(eligible & (lim >= 0) & ~over, lim - usage, -1).astype(np.int64)
+    bits = pb.rack_bits()
+    need = required_racks(pb, eligible)
+    evict.sort(key=lambda i: (-int(size_e[i]), int(r_all[i]), int(s_all[i])))
+    for i in evict:
+        r, s, z = int(r_all[i]), int(s_all[i]), int(size_e[i])
+        row = final[r].copy()
+        ok = room >= z
+        ok[row[row >= 0]] = False
+        cand = np.flatnonzero(ok)
+        if pb.rack_aware and len(cand):
+            others = row[(row >= 0) & (np.arange(len(row)) != s)]
+            mask = np.bitwise_or.reduce(bits[others]) if len(others) else np.uint64(0)
+            spans = popcount(np.bitwise_or(mask, bits[cand]))
+            cand = cand[spans >= need[r]]
+        if not len(cand):
+            still = [capacity.Overfull(int(b), int(usage[b]) + z, int(lim[b]), z) for b in [int(dest[i])]]
+            total_room = int(np.maximum(room, 0).sum())
+            raise Infeasible("disk-capacity",
+                             f"disk capacity: no broker that may hold {pb.names(np.array([r]))} ({size(z)}) has "
+                             f"that much room under {100 * pb.max_disk_usage:g} % of its capacity (the kept "
+                             f"brokers' room left: {size(total_room)}); placing it as the balance wants: "
+                             f"{capacity.describe(pb, still)}")
+        best = int(cand[np.argmax(room[cand])])
+        final[r, s] = best
+        room[best] -= z
     return final
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from planner.errors import BadInput
+from planner.optimizer import capacity
 from planner.optimizer.batches import Batch, changed_sets, make_batches
 from planner.optimizer.checks import verify_plan
 from planner.optimizer.drain import place_drain
@@ -140,10 +141,31 @@ def make_plan(pb: Problem, params: Params, progress: Callable[[str], None] | Non
 
     t = time.perf_counter()
     verify_plan(pb, lr.ordered, drained)
+    what = f"the {params.kind}" + (f" of brokers {params.brokers}" if params.brokers else "")
+    capacity.check_final(pb, lr.ordered, what)
     batches = make_batches(pb, lr.ordered, drained, params.max_concurrent_per_broker, params.order)
+    capacity.check_batches(pb, batches, what)
+    warnings.extend(disk_warnings(pb, lr.ordered))
     timings["checks_batches_s"] = time.perf_counter() - t
     return PlanResult(pb, params, drained, eligible, placed, lr.ordered, lr.topic_bound, lr.method, lr,
                       alternative, batches, info, timings, warnings)
+
+
+def disk_warnings(pb: Problem, final: np.ndarray) -> list[str]:
+    """The plan cannot check the disks of brokers it gives bytes to whose capacity is unknown: say so."""
+    added, _, unknown = capacity.changes(pb, pb.replicas, final)
+    out = []
+    blind = capacity.unchecked(pb, added > 0)
+    if blind and (pb.capacity_bytes >= 0).any():
+        out.append(f"disk capacity of brokers {blind} is unknown (no DescribeLogDirs v4 answer): the plan could "
+                   "not check that they have room for what it gives them")
+    elif blind:
+        out.append("disk capacity unknown (snapshot without log-dir capacity, or Kafka older than 3.3): the plan "
+                   "could not check that the receiving brokers have room")
+    if unknown:
+        out.append(f"{unknown} partitions that move have no known size: disk usage after the plan is a lower "
+                   "bound")
+    return out
 
 
 def scope_rows(pb: Problem, placed: np.ndarray, scope: str) -> np.ndarray:
@@ -196,6 +218,9 @@ def broker_figures(pb: Problem, matrix: np.ndarray, eligible: np.ndarray) -> dic
         mean = float(e.mean()) if len(e) else 0.0
         out["bytes"] = by.tolist()
         out["bytes_max_deviation_pct"] = round(100.0 * float(np.abs(e - mean).max()) / mean, 3) if mean else 0.0
+    if (pb.capacity_bytes >= 0).any():
+        used = capacity.usage_after(pb, matrix) if pb.sizes_known else pb.disk_used_bytes
+        out["disk_used_bytes"] = [int(x) if x >= 0 else None for x in used.tolist()]
     return out
 
 

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from planner.errors import BadInput
@@ -18,6 +19,7 @@ from planner.snapshot_io import Snapshot, list_to_matrix
 from planner.text import count
 
 MAX_RACKS = 64  # rack sets are uint64 bitmasks
+DEFAULT_MAX_DISK_USAGE = 0.85  # of a broker's log dirs' capacity, after the plan and at every batch boundary
 
 
 @dataclass
@@ -38,6 +40,22 @@ class Problem:
     leader: np.ndarray | None = None  # int32 (P,) broker index of the current leader, -1 none / unknown
     warnings: list[str] = field(default_factory=list)
     unknown_state: np.ndarray | None = None   # bool (P,): the state znode was malformed (lenient snapshot)
+    # Disk (docs/PLAN.md "Disk capacity"): per broker, the summed TotalBytes of its log dirs and the bytes in
+    # use on them (TotalBytes - UsableBytes: everything on the volumes, not only Kafka's), -1 = unknown; the
+    # most a plan may fill a broker to is max_disk_usage x capacity_bytes (planner.optimizer.capacity).
+    capacity_bytes: np.ndarray | None = None   # int64 (B,), -1 unknown
+    disk_used_bytes: np.ndarray | None = None  # int64 (B,), -1 unknown
+    max_disk_usage: float = DEFAULT_MAX_DISK_USAGE
+    replica_sizes: np.ndarray | None = None    # int64 (P, R) each replica's own size, -1 unknown / no replica
+
+    def __post_init__(self) -> None:
+        b = len(self.broker_ids)
+        if self.capacity_bytes is None:
+            self.capacity_bytes = np.full(b, -1, dtype=np.int64)
+        if self.disk_used_bytes is None:
+            self.disk_used_bytes = np.full(b, -1, dtype=np.int64)
+        if self.replica_sizes is None:
+            self.replica_sizes = np.full(self.replicas.shape, -1, dtype=np.int64)
 
     @property
     def num_brokers(self) -> int:
@@ -95,10 +113,20 @@ def rack_masks(replicas: np.ndarray, bits: np.ndarray) -> np.ndarray:
     return np.bitwise_or.reduce(m, axis=1) if m.shape[1] else np.zeros(len(m), dtype=np.uint64)
 
 
+def _int_column(table, name: str, order: np.ndarray) -> np.ndarray:
+    """An int64 column as an array in `order`, nulls (and a column the table lacks) as -1."""
+    if name not in table.column_names:
+        return np.full(len(order), -1, dtype=np.int64)
+    return pc.fill_null(table.column(name), -1).to_numpy().astype(np.int64)[order]
+
+
 def from_snapshot(snap: Snapshot, sizes: dict[tuple[str, int], int] | None = None,
-                  exclude_topics: str | None = None, rack_aware: bool | None = None) -> Problem:
-    """Arrays from a snapshot. `sizes` overrides the snapshot's size_bytes; `rack_aware=None` means "on when
-    any registered broker has a rack"."""
+                  exclude_topics: str | None = None, rack_aware: bool | None = None,
+                  max_disk_usage: float = DEFAULT_MAX_DISK_USAGE) -> Problem:
+    """Arrays from a snapshot. `sizes` overrides the snapshot's size_bytes (and its per-replica sizes);
+    `rack_aware=None` means "on when any registered broker has a rack"."""
+    if not (0 < max_disk_usage <= 1):
+        raise BadInput(f"max_disk_usage must be a fraction in (0, 1], got {max_disk_usage}")
     b = snap.brokers
     broker_ids = b.column("broker").to_numpy().astype(np.int32)
     order = np.argsort(broker_ids, kind="stable")
@@ -156,7 +184,18 @@ def from_snapshot(snap: Snapshot, sizes: dict[tuple[str, int], int] | None = Non
 
     n = len(partition)
     size_arr = pc.fill_null(parts.column("size_bytes"), -1).to_numpy().astype(np.int64)
+    rep_sizes = np.full(replicas.shape, -1, dtype=np.int64)
+    if "replica_sizes" in parts.column_names and parts.column("replica_sizes").null_count < n:
+        rs = parts.column("replica_sizes").combine_chunks()
+        rs = pc.fill_null(rs, pa.scalar([], type=rs.type))
+        lengths = pc.list_value_length(rs).to_numpy(zero_copy_only=False)
+        vals = pc.fill_null(rs.flatten(), -1).to_numpy().astype(np.int64)
+        rows_r = np.repeat(np.arange(n), lengths)
+        cols_r = np.arange(len(vals)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        keep = cols_r < replicas.shape[1]
+        rep_sizes[rows_r[keep], cols_r[keep]] = vals[keep]
     if sizes is not None:
+        rep_sizes[:] = -1
         size_arr = np.full(n, -1, dtype=np.int64)
         index = {(topic_names[t], p): i for i, (t, p) in enumerate(zip(topic_of.tolist(), partition.tolist(),
                                                                          strict=True))}
@@ -207,4 +246,7 @@ def from_snapshot(snap: Snapshot, sizes: dict[tuple[str, int], int] | None = Non
         sizes=size_arr[order_p], excluded_topic=excluded, in_flight=in_flight[order_p],
         rack_aware=bool(rack_aware), isr=isr[order_p], leader=leader[order_p], warnings=warnings,
         unknown_state=unknown_state[order_p],
+        capacity_bytes=_int_column(b, "capacity_bytes", order),
+        disk_used_bytes=_int_column(b, "disk_used_bytes", order),
+        max_disk_usage=float(max_disk_usage), replica_sizes=rep_sizes[order_p],
     )

@@ -204,13 +204,14 @@ class DrainPlanOperator(BaseOperator):
     """OR-Tools plan that empties `brokers` (<run>/plan). Unknown brokers or an infeasible drain fail here."""
 
     template_fields: Sequence[str] = ("brokers", "exclude_topics", "max_concurrent_per_broker", "sizes",
-                                      "leader_scope", "max_leader_changes")
+                                      "leader_scope", "max_leader_changes", "max_disk_usage")
     ui_color = "#eefde8"
 
     def __init__(self, *, brokers: Any, exclude_topics: str | None = None, max_concurrent_per_broker: Any = 5,
                  sizes: str | None = None, leader_scope: str = "touched", max_leader_changes: Any = None,
-                 **kwargs: Any) -> None:
+                 max_disk_usage: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.max_disk_usage = max_disk_usage
         self.brokers = brokers
         self.exclude_topics = exclude_topics
         self.max_concurrent_per_broker = max_concurrent_per_broker
@@ -230,7 +231,7 @@ class DrainPlanOperator(BaseOperator):
                                sizes=Path(self.sizes) if self.sizes else None,
                                leader_scope=str(self.leader_scope or "touched"),
                                max_leader_changes=None if self.max_leader_changes in (None, "", "None")
-                               else int(self.max_leader_changes))
+                               else int(self.max_leader_changes), **_disk_usage(self.max_disk_usage))
         if not req.brokers:
             raise AirflowFailException("brokers is empty: name at least one broker to drain")
         out = call("plan", api.plan_drain, req, progress=_log_progress(self))
@@ -241,12 +242,14 @@ class RebalancePlanOperator(BaseOperator):
     """OR-Tools rebalance within a move / bytes budget (<run>/plan)."""
 
     template_fields: Sequence[str] = ("max_moves", "max_bytes", "exclude_topics", "max_concurrent_per_broker",
-                                      "sizes")
+                                      "sizes", "max_disk_usage")
     ui_color = "#eefde8"
 
     def __init__(self, *, max_moves: Any = None, max_bytes: Any = None, exclude_topics: str | None = None,
-                 max_concurrent_per_broker: Any = 5, sizes: str | None = None, **kwargs: Any) -> None:
+                 max_concurrent_per_broker: Any = 5, sizes: str | None = None, max_disk_usage: Any = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.max_disk_usage = max_disk_usage
         self.max_moves = max_moves
         self.max_bytes = max_bytes
         self.exclude_topics = exclude_topics
@@ -262,9 +265,20 @@ class RebalancePlanOperator(BaseOperator):
         req = api.RebalanceRequest(snapshot=run.snapshot, out=run.plan, max_moves=_opt_int(self.max_moves),
                                    max_bytes=_opt_int(self.max_bytes), exclude_topics=self.exclude_topics or None,
                                    max_concurrent_per_broker=int(self.max_concurrent_per_broker),
-                                   sizes=Path(self.sizes) if self.sizes else None)
+                                   sizes=Path(self.sizes) if self.sizes else None,
+                                   **_disk_usage(self.max_disk_usage))
         out = call("plan", api.plan_rebalance, req, progress=_log_progress(self))
         return _plan_xcom(out.plan)
+
+
+def _disk_usage(value: Any) -> dict[str, float]:
+    """The max_disk_usage field of a plan request (empty: the library's default)."""
+    if value in (None, "", "None"):
+        return {}
+    try:
+        return {"max_disk_usage": float(value)}
+    except (TypeError, ValueError):
+        raise AirflowFailException(f"max_disk_usage must be a fraction in (0, 1], got {value!r}") from None
 
 
 def _plan_xcom(plan: api.Plan) -> dict[str, Any]:
