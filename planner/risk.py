@@ -462,7 +462,7 @@ def snapshot_from_cluster(cluster: Cluster) -> sio.Snapshot:
                     "leader": p.leader if p.has_state else -1, "leader_epoch": p.leader_epoch if p.has_state else -1,
                     "isr": p.isr if p.has_state else [], "controller_epoch": 1 if p.has_state else -1,
                     "leader_recovery_state": p.leader_recovery_state, "state_version": 0 if p.has_state else -1,
-                    "size_bytes": p.size_bytes, "state_error": None}
+                    "size_bytes": p.size_bytes, "state_error": None, "replica_sizes": None}
             for k, v in vals.items():
                 part_rows[k].append(v)
         tvals = {"topic": t.name, "topic_id": t.topic_id, "znode_version": t.version, "partitions": len(t.partitions),
@@ -493,6 +493,8 @@ def snapshot_from_cluster(cluster: Cluster) -> sio.Snapshot:
         "config": pa.array([json.dumps(b.config, separators=(",", ":")) for b in bs]),
         "leader_throttle_rate": pa.nulls(len(bs), pa.int64()),
         "follower_throttle_rate": pa.nulls(len(bs), pa.int64()),
+        **{c: pa.nulls(len(bs), sio.BROKERS_SCHEMA.field(c).type)
+           for c in ("capacity_bytes", "disk_used_bytes", "log_dirs", "log_dir_errors")},
     }).cast(sio.BROKERS_SCHEMA)
     fp = sio.assignment_fingerprint(parts.column("topic"), parts.column("partition").to_numpy(),
                                     parts.column("replicas"))
