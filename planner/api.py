@@ -124,10 +124,11 @@ def snapshot(req: SnapshotRequest, *, progress: ProgressFn | None = None) -> Sna
     if req.workers is not None and req.workers < 1:
         raise BadInput(f"workers must be at least 1, got {req.workers}")
     zkmod.parse_connect(req.zk)
-    check_output(Path(req.out), req.force)
+    inputs = (Path(req.sizes),) if req.sizes is not None else ()
+    check_output(Path(req.out), req.force, inputs)
     say = _reporter("snapshot", progress)
     started = time.monotonic()
-    with step_output(req.out, req.force) as tmp:
+    with step_output(req.out, req.force, inputs) as tmp:
         result = take_snapshot(req.zk, tmp, sizes=req.sizes, lenient=req.lenient, timeout=req.timeout,
                                auth=req.auth, workers=req.workers, read_mode=req.read_mode, progress=say)
     m = result.manifest
@@ -376,10 +377,9 @@ def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyO
     from planner.execution import steps
     from planner.execution.verify import VerifyOptions
 
-    report_path = Path(req.out) / "report.json" if req.out is not None else None
-    opts = VerifyOptions(timeout=req.wait, poll=req.poll, elect=req.elect, report=report_path)
+    opts = VerifyOptions(timeout=req.wait, poll=req.poll, elect=req.elect)
     try:
-        r = steps.verify(req.zk, req.plan, opts, auth=req.auth, connect_timeout=req.timeout,
+        r = steps.verify(req.zk, req.plan, opts, auth=req.auth, connect_timeout=req.timeout, out=req.out,
                          progress=_exec_progress("verify", progress))
     except NotConverged as e:
         if req.fail:

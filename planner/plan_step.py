@@ -66,7 +66,8 @@ def run_plan(kind: str, req: DrainRequest | RebalanceRequest, say: Callable[[str
             or not 0 < req.max_disk_usage <= 1:
         raise BadInput(f"max_disk_usage must be a fraction in (0, 1] (e.g. 0.85), got {req.max_disk_usage!r}")
     snapshot_dir = Path(req.snapshot)
-    check_output(Path(req.out), req.force, (snapshot_dir,))
+    inputs = (snapshot_dir,) + ((Path(req.sizes),) if req.sizes is not None else ())
+    check_output(Path(req.out), req.force, inputs)
     say(f"reading snapshot {snapshot_dir}")
     snap = read_snapshot(snapshot_dir)
     sizes, sizes_param = _sizes(req.sizes)
@@ -104,7 +105,7 @@ def run_plan(kind: str, req: DrainRequest | RebalanceRequest, say: Callable[[str
                 "timings_s": timings, "leader_method": res.leader_method,
                 "rebalance_rounds": res.rebalance.rounds if res.rebalance else None}
 
-    with step_output(req.out, req.force, (snapshot_dir,)) as tmp:
+    with step_output(req.out, req.force, inputs) as tmp:
         doc = write_plan(tmp, res, snapshot, parameters, solve_info)
         solve = json.loads((tmp / "solve.json").read_text())
     out = Path(req.out)

@@ -11,6 +11,11 @@
 An Airflow task is given the run folder and finds every input and output by name; a person runs the same
 steps by hand with `kplan ... --out <run>/<step>`.
 
+Execution records (apply/, verify/, report.json) belong to one plan. A plan folder named `plan` is the layout
+above and its records go into its parent, the run folder; a plan folder with any other name (plans kept side
+by side, `D/p1` and `D/p2`) gets its own records folder beside it, `D/p1-run/` (`records_folder`). Records of
+another plan are never overwritten: `check_records` refuses them, naming whose they are.
+
 `step_output(path)` is how every step writes (the CLI's `--out` and the run folder alike): into a temporary
 sibling folder, renamed into place only when the step succeeded, so a step's folder is complete or absent,
 never half-written, never a mix of two runs. An existing non-empty folder is refused unless `force=True`
@@ -19,6 +24,7 @@ never half-written, never a mix of two runs. An existing non-empty folder is ref
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -37,6 +43,9 @@ REPORT = "report.json"
 _TMP_MARK = ".kplan-tmp-"
 
 
+RECORD_FILES = {"apply": ("progress.json", "outcome.json"), "verify": ("progress.json",), "report": (REPORT,)}
+
+
 def _describe(e: OSError) -> str:
     return e.strerror or str(e)
 
@@ -50,7 +59,8 @@ def check_output(out: Path, force: bool = False, inputs: tuple[Path, ...] = (), 
     for i in inputs:
         i = Path(i).absolute()
         if out == i or out in i.parents:
-            raise BadInput(f"{what} {out} would replace the input {i}: write the output to its own folder")
+            raise BadInput(f"{what} {out} would replace the input {i}: write the output to its own folder "
+                           "(never over or around an input, with or without force)")
         if i in out.parents:
             raise BadInput(f"{what} {out} is inside the input folder {i}: write the output to its own folder")
     if out.is_dir() and not force:
@@ -159,3 +169,59 @@ class RunFolder:
         tmp.write_bytes(data)
         os.replace(tmp, self.report)
         return self.report
+
+
+# ------------------------------------------------------------------------------------ execution records
+def records_folder(plan_path: Path | str) -> Path:
+    """Where apply / verify / cancel keep a plan's records by default (module docstring): the run folder for
+    `<run>/plan`, else `<plan folder>-run` beside the plan folder, so two plans never share records."""
+    plan = Path(os.path.abspath(plan_path))
+    return plan.parent if plan.name == STEPS["plan"] else plan.parent / f"{plan.name}-run"
+
+
+def _owner(f: Path) -> str | None:
+    """The plan id a record file names (None: unreadable, or a record from before records named their plan)."""
+    try:
+        doc = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc.get("plan_id") if isinstance(doc, dict) else None
+
+
+def check_records(folder: Path, plan_id: str, names: tuple[str, ...], plan_path: Path, what: str,
+                  explicit: bool) -> Path:
+    """Refuse a records folder that would overwrite another plan's records or touch the plan folder itself.
+
+    `names`: the record files the step writes there. An explicit folder (`--out`) must not be, contain or lie
+    inside the plan folder, must not be a file, and may hold nothing but this plan's own records (a resumed
+    apply, a verify run again); the default folder may hold anything else (it is the run folder) but not
+    another plan's records under those names."""
+    folder = Path(os.path.abspath(folder))
+    plan = Path(os.path.abspath(plan_path))
+    if explicit:
+        if folder == plan:
+            raise BadInput(f"{what} {folder} is the plan folder: a reviewed plan is never written into; give a "
+                           "folder of its own")
+        if folder in plan.parents:
+            raise BadInput(f"{what} {folder} contains the plan folder {plan}: give a folder of its own")
+        if plan in folder.parents:
+            raise BadInput(f"{what} {folder} is inside the plan folder {plan}: a reviewed plan is never written "
+                           "into; give a folder of its own")
+        if folder.exists() and not folder.is_dir():
+            raise BadInput(f"{what} {folder} is a file, not a folder")
+        if folder.is_dir():
+            try:
+                others = sorted(p.name for p in folder.iterdir() if p.name not in names
+                                and not p.name.startswith("."))
+            except OSError as e:
+                raise BadInput(f"{what} {folder} cannot be read: {_describe(e)}") from None
+            if others:
+                shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+                raise BadInput(f"{what} {folder} is not empty ({shown}): it may hold only this plan's own "
+                               f"records ({', '.join(names)}); choose a new folder")
+    for n in names:
+        owner = _owner(folder / n)
+        if owner is not None and owner != plan_id:
+            raise BadInput(f"{folder / n} holds the records of plan {owner}, not of plan {plan_id}: each plan's "
+                           "records stay its own; give another folder (--out), or move the old records away")
+    return folder

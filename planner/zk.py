@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import socket
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -145,7 +146,10 @@ def connect(zk: str | ZkTarget, auth: tuple[str, str] | None = None, timeout: fl
         logger=SESSION_LOG,
     )
     try:
-        client.start(timeout=timeout)
+        with warnings.catch_warnings():
+            # "No chroot path exists": every command checks for the cluster itself (require_kafka) and says so
+            warnings.filterwarnings("ignore", message="No chroot path exists")
+            client.start(timeout=timeout)
     except KazooTimeoutError:
         _close(client)
         raise ZkUnavailable(
@@ -195,8 +199,10 @@ def require_kafka(client: KazooClient, where: str = "") -> None:
     has_topics = client.exists(codec.TOPICS) is not None
     if not (has_ids or has_topics):
         root = where or (client.chroot or "/")
+        missing = ("the chroot does not exist" if client.chroot and client.exists("/") is None
+                   else "/brokers/ids and /brokers/topics are missing")
         raise NotAKafkaCluster(
-            f"no Kafka cluster at {root}: /brokers/ids and /brokers/topics are missing "
+            f"no Kafka cluster at {root}: {missing} "
             "(wrong chroot? Kafka's zookeeper.connect may end in a path like /kafka)"
         )
 

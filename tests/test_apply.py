@@ -12,7 +12,7 @@ import json
 import re
 
 import pytest
-from apply_support import FINAL, MB, Background, drain_desc, drain_plan, make_cluster, poll, rf_of
+from apply_support import FINAL, MB, Background, drain_desc, drain_plan, make_cluster, poll, rf_of, write_plan
 
 pytestmark = pytest.mark.sandbox
 
@@ -313,3 +313,24 @@ def test_the_planners_suggested_throttle_is_applys_default(cluster, tmp_path, ca
     assert rates_per_submission() == [set()] + [{str(24 * MB)}] * 3  # leadership batch: nothing copied
     assert rates_per_submission("--throttle", "5MB") == [set()] + [{str(5 * MB)}] * 3
     assert not env.check.exists("/kplan") and env.check.throttles() == {}
+
+
+def test_plans_kept_side_by_side_keep_their_own_records(cluster, tmp_path):
+    """Issue 19 item 6: two plans in one folder. Each plan's apply/ and report.json are its own (`<plan>-run/`
+    beside it), verifying one never touches the other's report, and --out is refused on or around the plan."""
+    env = cluster(drain_desc())
+    plans = tmp_path / "plans"
+    p1 = write_plan(plans / "p1", [("a", 2, [3, 4], [3, 1], 1000)], [("data", [("a", 2, [3, 1])])])
+    p2 = write_plan(plans / "p2", [("b", 1, [4, 2], [4, 3], 1000)], [("data", [("b", 1, [4, 3])])])
+    for p in ("p1", "p2"):
+        assert env.kplan("apply", "--zk", env.connect, "--plan", str(plans / p), "--throttle", "1GB",
+                         "--poll", "0.2") == 0
+    assert env.kplan("verify", "--zk", env.connect, "--plan", str(plans / "p2"), "--timeout", "30") == 0
+    report2 = (plans / "p2-run" / "report.json").read_bytes()
+    assert env.kplan("verify", "--zk", env.connect, "--plan", str(plans / "p1"), "--timeout", "30") == 0
+    assert (plans / "p2-run" / "report.json").read_bytes() == report2   # untouched by p1's verify
+    for p, doc in (("p1", p1), ("p2", p2)):
+        for f in ("report.json", "apply/outcome.json", "apply/progress.json", "verify/progress.json"):
+            assert json.loads((plans / f"{p}-run" / f).read_text())["plan_id"] == doc["id"], (p, f)
+    assert sorted(x.name for x in plans.iterdir()) == ["p1", "p1-run", "p2", "p2-run"]
+    env.check.assert_nothing_lost(rf_of(env.desc), {("a", 2): [3, 1], ("b", 1): [4, 3]})

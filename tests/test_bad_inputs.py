@@ -122,6 +122,32 @@ def _sizes(c: Ctx, obj: dict) -> Path:
     return f
 
 
+def _sizes_inside_out(c: Ctx, argv_tail: list[str], kind: str = "snapshot") -> list[str]:
+    """The output folder already holds the sizes file the command reads (issue 19 item 2): --force must not
+    delete it with the folder."""
+    c.out.mkdir()
+    if kind == "snapshot":
+        (c.out / "logdirs.json").write_text(json.dumps({"version": 1, "brokers": [{"broker": 1, "logDirs": [
+            {"logDir": "/d", "error": None, "partitions": [{"partition": "payments-0", "size": 7, "offsetLag": 0,
+                                                             "isFuture": False}]}]}]}))
+        return [*argv_tail, "--sizes", str(c.out / "logdirs.json"), "--out", str(c.out), "--force"]
+    (c.out / "s.json").write_text(json.dumps({"payments-0": 7}))
+    return [*argv_tail, "--sizes", str(c.out / "s.json"), "--out", str(c.out), "--force"]
+
+
+def _executing(c: Ctx, command: str, zk_suffix: str = "", extra: tuple[str, ...] = ()) -> list[str]:
+    """apply / verify / cancel of a plan of the SEED cluster (in <tmp>/plan, the run folder layout)."""
+    zk = c.load(SEED)
+    plan = c.plan(c.snapshot(), [ReassignEntry("payments", 0, (2,))])
+    return [command, "--zk", zk + zk_suffix, "--plan", str(plan), *extra]
+
+
+def _other_plans_report(c: Ctx) -> list[str]:
+    argv = _executing(c, "verify", extra=("--timeout", "0"))
+    (c.tmp / "report.json").write_text(json.dumps({"plan_id": "sha256:" + "ab" * 32, "converged": True}))
+    return argv
+
+
 CASES = [
     # --- snapshot: znodes Kafka's own parser would refuse (item 2), named by path, exit 2, nothing written
     Case("snapshot-leader-as-string", lambda c: ["snapshot", "--zk", c.load(SEED, {
@@ -169,6 +195,30 @@ CASES = [
     Case("risk-out-not-empty", lambda c: (_filled(c), ["risk", "--snapshot", str(c.snapshot()), "--out",
                                                        str(c.out)])[1], 2, "already exists and is not empty",
          keep=True),
+    # --- issue 19 item 2: no --out may be or contain an input, sizes files included, with or without --force
+    Case("snapshot-force-out-holds-its-sizes-file", lambda c: _sizes_inside_out(c, ["snapshot", "--zk",
+                                                                                   c.load(SEED)]),
+         2, "would replace the input", zk=True, keep=True),
+    Case("plan-force-out-holds-its-sizes-file", lambda c: _sizes_inside_out(c, [
+        "plan", "drain", "--snapshot", str(c.snapshot()), "--brokers", "2"], kind="plan"),
+         2, "would replace the input", keep=True),
+    # --- issue 19 item 4: a mistyped chroot is refused before anything is written (no /typo/kplan/lock)
+    Case("verify-mistyped-chroot", lambda c: _executing(c, "verify", "/typo"), 2, "/typo: the chroot does not exist",
+         zk=True),
+    Case("apply-mistyped-chroot", lambda c: _executing(c, "apply", "/typo"), 2, "/typo: the chroot does not exist", zk=True),
+    Case("cancel-mistyped-chroot", lambda c: _executing(c, "cancel", "/typo"), 2, "/typo: the chroot does not exist",
+         zk=True),
+    # --- issue 19 item 6: each plan's execution records are its own; never inside or around the plan
+    Case("verify-out-is-the-plan-folder", lambda c: _executing(c, "verify", extra=("--out", str(c.tmp / "plan"))),
+         2, "is the plan folder", zk=True),
+    Case("apply-out-contains-the-plan-folder", lambda c: _executing(c, "apply", extra=("--out", str(c.tmp))),
+         2, "contains the plan folder", zk=True),
+    Case("apply-out-inside-the-plan-folder", lambda c: _executing(c, "apply", extra=(
+        "--out", str(c.tmp / "plan" / "apply"))), 2, "is inside the plan folder", zk=True),
+    Case("verify-out-not-empty", lambda c: (_filled(c), _executing(c, "verify", extra=("--out", str(c.out))))[1],
+         2, "is not empty (keep.txt)", zk=True, keep=True),
+    Case("verify-over-another-plans-report", _other_plans_report, 2, "holds the records of plan sha256:abab",
+         zk=True),
     # --- corrupt or edited files (item 5)
     Case("plan-truncated-parquet", lambda c: ["plan", "drain", "--snapshot", str(_truncated(c)), "--brokers",
                                               "1", "--out", str(c.out)],
@@ -230,6 +280,7 @@ def test_bad_input_gets_one_clear_line_and_writes_nothing(case, ctx, capsys, mon
         monkeypatch.setenv(k, v)
     argv = case.setup(ctx)
     before = sorted(p.relative_to(ctx.tmp) for p in ctx.tmp.rglob("*"))
+    zk_before = _zk_tree(ctx.client) if ctx.client is not None else None
     capsys.readouterr()
     rc = cli.main(argv)
     out, err = capsys.readouterr()
@@ -241,6 +292,20 @@ def test_bad_input_gets_one_clear_line_and_writes_nothing(case, ctx, capsys, mon
     assert not [x for x in err.splitlines() if "WARNING" in x or "kazoo" in x], err   # no retry noise
     after = sorted(p.relative_to(ctx.tmp) for p in ctx.tmp.rglob("*"))
     assert after == before   # nothing written, nothing left behind (no temporary folder either)
+    if zk_before is not None:   # ... and nothing written to ZooKeeper, read raw (no lock znode, no /typo)
+        assert _zk_tree(ctx.client) == zk_before
+
+
+def _zk_tree(client, path: str = "/") -> dict[str, int]:
+    """Every znode under the test's chroot: path -> mzxid (a created, changed or deleted znode shows)."""
+    out: dict[str, int] = {}
+    stat = client.exists(path)
+    if stat is None:
+        return out
+    out[path] = stat.mzxid
+    for child in client.get_children(path):
+        out.update(_zk_tree(client, f"{path.rstrip('/')}/{child}"))
+    return out
 
 
 # ------------------------------------------------------------------------- beyond one line: each class's root

@@ -32,7 +32,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="wait up to S seconds for another apply's lock (e.g. a killed apply whose ZooKeeper "
                    "session has not expired yet); default: refuse at once")
     p.add_argument("--dry-run", action="store_true", help="print every write it would make, make none")
-    p.add_argument("--out", metavar="DIR", help="where progress.json and outcome.json go (default <run>/apply)")
+    p.add_argument("--out", metavar="DIR", help="where progress.json and outcome.json go: empty, or holding only "
+                   "this plan's records (default: apply/ in the plan's records folder: <run>/apply for <run>/plan, "
+                   "else <plan>-run/apply)")
     p.set_defaults(func=_run)
 
 

@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-elect", dest="elect", action="store_false",
                    help="do not run a preferred election for leaders that are not the plan's first replica")
     p.add_argument("--out", type=Path, metavar="DIR",
-                   help="folder for report.json (default: the run folder, i.e. the plan folder's parent)")
+                   help="folder for report.json and progress.json: empty, or holding only this plan's records "
+                   "(default: the plan's records folder: the run folder for <run>/plan, else <plan>-run)")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     p.set_defaults(func=_run)
 

@@ -94,7 +94,8 @@ class Executor:
         self.view = ClusterView(client)
         self.throttles = Throttles(self.gate, self.view, plan.hexid)
         self.lock = ApplyLock(self.gate, command, plan.id)
-        self.reporter = Reporter(command, progress, self.opts.progress_file, every=self.opts.poll)
+        self.reporter = Reporter(command, progress, self.opts.progress_file, every=self.opts.poll,
+                                 stamp={"plan_id": plan.id})
         self.started = time.monotonic()
         self.deadline = self.started + self.opts.timeout if self.opts.timeout else None
         self.warnings: list[str] = []

@@ -68,8 +68,10 @@ class Reporter:
     by other processes (the review UI), is rewritten at most once per `every` seconds except when the state
     changes: a plan of hundreds of quick batches would otherwise rewrite it several times a batch."""
 
-    def __init__(self, step: str, callback: Any = None, file: Path | None = None, every: float = 1.0):
+    def __init__(self, step: str, callback: Any = None, file: Path | None = None, every: float = 1.0,
+                 stamp: dict[str, Any] | None = None):
         self.step = step
+        self.stamp = dict(stamp or {})   # written into the file with every record (the plan id: whose it is)
         self.callback = callback
         self.file = file
         self.every = every
@@ -86,7 +88,7 @@ class Reporter:
             return False
         self._last, self._last_key, self.latest = t, key, p
         if self.file is not None and (p.state != self._file_state or t - self._file_at >= self.every):
-            write_json_atomic(self.file, p.as_dict())
+            write_json_atomic(self.file, {**self.stamp, **p.as_dict()})
             self._file_at, self._file_state = t, p.state
         if self.callback is not None:
             self.callback(p)
@@ -95,5 +97,5 @@ class Reporter:
     def flush(self) -> None:
         """Write the latest progress to the file if a rate-limited emit skipped it."""
         if self.file is not None and self.latest is not None and self._file_at < self._last:
-            write_json_atomic(self.file, self.latest.as_dict())
+            write_json_atomic(self.file, {**self.stamp, **self.latest.as_dict()})
             self._file_at, self._file_state = self._last, self.latest.state

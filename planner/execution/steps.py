@@ -1,12 +1,16 @@
 """apply / verify / cancel as whole steps: read and check the plan (before any connection), open the ZooKeeper
 session, run the executor or verifier, write the run folder's files. planner.api and the CLI call these.
 
-Files (the run folder is the plan folder's parent, `<run>/plan/` by convention; docs/APPLY.md):
-    <run>/apply/progress.json   live progress of apply / cancel, replaced atomically at most once per poll
-    <run>/apply/outcome.json    how the last apply / cancel ended
-    <run>/verify/progress.json  live progress of verify
-    <run>/report.json           verify's report
-Nothing is written anywhere for a dry run, and nothing for input that is refused before connecting.
+Files, in the plan's records folder (planner.runfolder.records_folder: the run folder for `<run>/plan`,
+`<plan folder>-run` beside any other plan folder; docs/APPLY.md):
+    <records>/apply/progress.json   live progress of apply / cancel, replaced atomically at most once per poll
+    <records>/apply/outcome.json    how the last apply / cancel ended
+    <records>/verify/progress.json  live progress of verify
+    <records>/report.json           verify's report
+Each file names its plan; another plan's records are never overwritten (runfolder.check_records). Nothing is
+written anywhere for a dry run, and nothing for input that is refused before connecting. Every step checks,
+right after connecting and before any write, that the connect string reaches a Kafka cluster (a mistyped
+chroot must not get a /kplan lock).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from planner.execution.executor import Executor, Options, Result
 from planner.execution.planview import RunPlan, from_plan
 from planner.execution.progress import Progress, write_json_atomic
 from planner.execution.verify import Verifier, VerifyOptions, VerifyResult
+from planner.runfolder import RECORD_FILES, check_records, records_folder
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +39,30 @@ def load_plan(path: Path | str, max_concurrent: int | None = None) -> RunPlan:
 
 
 def run_folder(plan_path: Path | str) -> Path:
-    return Path(plan_path).absolute().parent
+    """The plan's records folder (planner.runfolder.records_folder)."""
+    return records_folder(plan_path)
 
 
 def apply_folder(plan_path: Path | str, out: Path | str | None) -> Path:
     return Path(out) if out is not None else run_folder(plan_path) / "apply"
+
+
+def verify_folder(plan_path: Path | str, out: Path | str | None) -> tuple[Path, Path]:
+    """(report.json, progress.json) of verify: both in `out` when given, else in the records folder."""
+    if out is not None:
+        return Path(out) / "report.json", Path(out) / "progress.json"
+    return run_folder(plan_path) / "report.json", run_folder(plan_path) / "verify" / "progress.json"
+
+
+def _claim_apply(plan_path: Path | str, plan: RunPlan, out: Path | str | None, command: str) -> Path:
+    folder = apply_folder(plan_path, out)
+    return check_records(folder, plan.id, RECORD_FILES["apply"], Path(plan_path),
+                         "--out" if out is not None else f"{command}'s records folder", out is not None)
+
+
+def _connected(client) -> None:  # noqa: ANN001 - a KazooClient
+    """Before anything is written: the connect string reaches a Kafka cluster (not a mistyped chroot)."""
+    zkmod.require_kafka(client)
 
 
 def _check_positive(name: str, value: float | None, allow_zero: bool = False) -> None:
@@ -58,10 +82,11 @@ def apply(zk: str, plan_path: Path | str, options: Options, *, max_concurrent: i
         raise BadInput(f"throttle must be at least 1 byte/s, got {options.throttle}")
     zkmod.parse_connect(zk)
     plan = load_plan(plan_path, max_concurrent)
-    folder = None if options.dry_run else apply_folder(plan_path, out)
+    folder = None if options.dry_run else _claim_apply(plan_path, plan, out, "apply")
     if folder is not None:
         options.progress_file = folder / "progress.json"
     with zkmod.session(zk, auth=auth, timeout=connect_timeout) as client:
+        _connected(client)
         result = Executor(client, plan, options, progress, "apply").apply()
     if folder is not None:
         write_json_atomic(folder / "outcome.json", {"command": "apply", **asdict(result)})
@@ -77,9 +102,10 @@ def cancel(zk: str, plan_path: Path | str, *, mode: str = "after-batch", timeout
     _check_positive("poll", poll)
     zkmod.parse_connect(zk)
     plan = load_plan(plan_path)
-    folder = apply_folder(plan_path, out)
+    folder = _claim_apply(plan_path, plan, out, "cancel")
     opts = Options(poll=poll, progress_file=folder / "progress.json")
     with zkmod.session(zk, auth=auth, timeout=connect_timeout) as client:
+        _connected(client)
         result = Executor(client, plan, opts, progress, "cancel").cancel(mode, timeout)
     if result.state != "none":
         write_json_atomic(folder / "outcome.json", {"command": "cancel", **asdict(result)})
@@ -87,14 +113,25 @@ def cancel(zk: str, plan_path: Path | str, *, mode: str = "after-batch", timeout
 
 
 def verify(zk: str, plan_path: Path | str, options: VerifyOptions, *, auth: tuple[str, str] | None = None,
-           connect_timeout: float = 10.0, progress: Callable[[Progress], None] | None = None) -> VerifyResult:
+           connect_timeout: float = 10.0, out: Path | str | None = None,
+           progress: Callable[[Progress], None] | None = None) -> VerifyResult:
+    """`out`: the folder for report.json and progress.json (default: the plan's records folder)."""
     _check_positive("timeout", options.timeout, allow_zero=True)
     _check_positive("poll", options.poll)
     zkmod.parse_connect(zk)
     plan = load_plan(plan_path)
+    report, prog = verify_folder(plan_path, out)
+    if out is not None:
+        check_records(Path(out), plan.id, ("report.json", "progress.json"), Path(plan_path), "--out", True)
+    else:
+        check_records(report.parent, plan.id, RECORD_FILES["report"], Path(plan_path),
+                      "verify's records folder", False)
+        check_records(prog.parent, plan.id, RECORD_FILES["verify"], Path(plan_path), "verify's records folder",
+                      False)
     if options.report is None:
-        options.report = run_folder(plan_path) / "report.json"
+        options.report = report
     if options.progress_file is None:
-        options.progress_file = run_folder(plan_path) / "verify" / "progress.json"
+        options.progress_file = prog
     with zkmod.session(zk, auth=auth, timeout=connect_timeout) as client:
+        _connected(client)
         return Verifier(client, plan, options, progress).verify()

@@ -76,7 +76,8 @@ class Verifier:
         self.view = ClusterView(client)
         self.lock = ApplyLock(self.gate, "verify", plan.id)
         self.throttles = Throttles(self.gate, self.view, plan.hexid)
-        self.reporter = Reporter("verify", progress, self.opts.progress_file, every=self.opts.poll)
+        self.reporter = Reporter("verify", progress, self.opts.progress_file, every=self.opts.poll,
+                                 stamp={"plan_id": plan.id})
         self._wake = threading.Event()
         self.warnings: list[str] = []
         self.started = time.monotonic()
