@@ -4,9 +4,12 @@
     risk(RiskRequest)              -> RiskOutcome        snapshot (+ plan) -> risk folder (Spark)
     plan_drain(DrainRequest)       -> PlanOutcome        snapshot -> plan folder (OR-Tools)
     plan_rebalance(RebalanceRequest) -> PlanOutcome
+    plan_return(ReturnRequest)     -> PlanOutcome        drained brokers back: replicas moved only onto them
     apply(ApplyRequest)            -> ApplyOutcome       plan folder -> the cluster, batch by batch (ZooKeeper)
     verify(VerifyRequest)          -> VerifyOutcome      converged? elect, remove throttles, report.json
     cancel(CancelRequest)          -> CancelOutcome      stop (or revert) a running apply
+    brokers(BrokersRequest)        -> BrokerRow, ...     brokers and their maintenance state (read-only)
+    clear_maintenance(ClearRequest) -> ClearOutcome      the explicit act that ends a broker's maintenance
     read_snapshot(path), read_plan(path), RunFolder
 
 The `kplan` CLI, the Airflow tasks and the review UI all call these, so the same request gives the same
@@ -41,8 +44,9 @@ __all__ = [
     "BadInput", "KraftMigration", "NotConverged", "PlannerError", "RiskSubmit", "SafetyRefusal", "ZkUnavailable",
     "risk_submit",
     "ApplyOutcome", "ApplyRequest", "CancelOutcome", "CancelRequest", "DrainRequest", "PlanOutcome", "Progress",
-    "RebalanceRequest", "RiskOutcome", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
-    "VerifyOutcome", "VerifyRequest", "apply", "cancel", "plan_drain", "plan_rebalance", "read_plan",
+    "RebalanceRequest", "ReturnRequest", "RiskOutcome", "BrokerRow", "BrokersRequest", "ClearOutcome",
+    "ClearRequest", "brokers", "clear_maintenance", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
+    "VerifyOutcome", "VerifyRequest", "apply", "cancel", "plan_drain", "plan_rebalance", "plan_return", "read_plan",
     "read_snapshot", "risk", "snapshot", "verify", "verify_report_text", "human_size",
 ]
 
@@ -243,6 +247,27 @@ class RebalanceRequest:
 
 
 @dataclass(frozen=True)
+class ReturnRequest:
+    """Bring drained brokers back (they must be registered again): replicas move only onto them, the drain's own
+    moves reversed where the cluster still matches them, then balanced up to their share (docs/PLAN.md)."""
+
+    snapshot: Path
+    out: Path
+    brokers: tuple[int, ...]                  # the returning brokers (maintenance state drained or returning)
+    drain_plan: Path | None = None            # the drain's plan folder (default: found through the state's run)
+    exclude_topics: str | None = None
+    rack_aware: bool | None = None
+    sizes: Path | None = None
+    max_concurrent_per_broker: int = 5
+    order: str = "smallest-first"
+    leader_scope: str = "touched"             # reversed partitions get their pre-drain order back either way
+    max_leader_changes: int | None = None
+    batch_seconds: int = 3600
+    force: bool = False
+    max_disk_usage: float = 0.85              # the returning brokers are filled up to this fraction at most
+
+
+@dataclass(frozen=True)
 class PlanOutcome:
     path: Path
     plan_id: str
@@ -264,6 +289,15 @@ def plan_rebalance(req: RebalanceRequest, *, progress: ProgressFn | None = None)
     return run_plan("rebalance", req, _reporter("plan", progress))
 
 
+def plan_return(req: ReturnRequest, *, progress: ProgressFn | None = None) -> PlanOutcome:
+    """Move replicas back onto drained brokers that have returned (only onto them); writes the plan folder.
+    Its apply marks them `returning`; its verify restores preferred leadership and takes them out of
+    maintenance."""
+    from planner.plan_step import run_plan
+
+    return run_plan("return", req, _reporter("plan", progress))
+
+
 # ------------------------------------------------------------------------------- apply / verify / cancel
 @dataclass(frozen=True)
 class ApplyRequest:
@@ -278,6 +312,9 @@ class ApplyRequest:
     poll: float = 1.0                         # seconds between checks when no watch fires
     wait: float | None = None                 # give up after this many seconds (None: as long as it takes)
     lock_wait: float = 0.0                    # wait this long for another apply's lock
+    reason: str | None = None                 # why (a drain's or return's brokers' maintenance state records it)
+    run: str | None = None                    # the run it belongs to, recorded with that state (default: the
+    #                                           plan folder's parent, the run folder)
 
 
 @dataclass(frozen=True)
@@ -361,7 +398,7 @@ def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutc
     from planner.execution.executor import Options
 
     opts = Options(throttle=req.throttle, poll=req.poll, timeout=req.wait, lock_wait=req.lock_wait,
-                   dry_run=req.dry_run)
+                   dry_run=req.dry_run, reason=req.reason, run=req.run)
     r = steps.apply(req.zk, req.plan, opts, max_concurrent=req.max_concurrent_per_broker, auth=req.auth,
                     connect_timeout=req.timeout, out=req.out, progress=_exec_progress("apply", progress))
     path = None if req.dry_run else steps.apply_folder(req.plan, req.out)
@@ -390,6 +427,84 @@ def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyO
         return VerifyOutcome(getattr(e, "path", None), report.get("plan_id", ""), False, pending,
                              tuple(report.get("warnings", ())), report)
     return VerifyOutcome(r.path, r.plan_id, True, (), tuple(r.warnings), r.report)
+
+
+# ------------------------------------------------------------------------------------ maintenance state
+@dataclass(frozen=True)
+class BrokersRequest:
+    """The brokers and their maintenance state: read now from ZooKeeper (`zk`), or as a snapshot recorded it."""
+
+    zk: str | None = None
+    snapshot: Path | None = None
+    auth: tuple[str, str] | None = field(default=None, repr=False)
+    timeout: float = 10.0                     # ZooKeeper connection timeout
+
+
+@dataclass(frozen=True)
+class BrokerRow:
+    broker: int
+    rack: str | None
+    registered: bool                          # in /brokers/ids
+    state: str                                # in service | draining | drained | restarting | returning | unknown
+    since: str | None = None
+    by: str | None = None                     # who set the state (user@host (command))
+    reason: str | None = None
+    plan_id: str | None = None                # the plan that set it
+    run: str | None = None                    # the run that set it
+
+
+def brokers(req: BrokersRequest) -> tuple[BrokerRow, ...]:
+    """Every broker that is registered or in maintenance, with its rack and maintenance state (read-only)."""
+    from planner import maintenance as mt
+
+    if (req.zk is None) == (req.snapshot is None):
+        raise BadInput("give either a ZooKeeper connect string (zk) or a snapshot folder, not both")
+    if req.snapshot is not None:
+        snap = read_snapshot(req.snapshot)
+        rows = mt.statuses_in_snapshot(snap.brokers, snap.manifest)
+    else:
+        from planner import zk as zkmod
+
+        with zkmod.session(req.zk, auth=req.auth, timeout=req.timeout) as client:
+            rows = mt.statuses(client)
+    return tuple(BrokerRow(r.broker, r.rack, r.registered, r.state, *(
+        (r.entry.since, r.entry.who, r.entry.reason or None, r.entry.plan_id, r.entry.run) if r.entry else ()))
+        for r in rows)
+
+
+@dataclass(frozen=True)
+class ClearRequest:
+    """The explicit act that takes brokers out of maintenance (`kplan maintenance clear`)."""
+
+    zk: str
+    brokers: tuple[int, ...]
+    state: str | None = None                  # the state the caller means to clear: refused if it is another
+    reason: str = ""
+    auth: tuple[str, str] | None = field(default=None, repr=False)
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class ClearOutcome:
+    cleared: tuple[tuple[int, str], ...]      # (broker, the state it had)
+    message: str
+
+
+def clear_maintenance(req: ClearRequest) -> ClearOutcome:
+    """Take `req.brokers` out of maintenance: one transaction under the apply lock. Refused, with nothing
+    written, for a broker with no state, an unknown broker, another state than `req.state`, and a state a
+    running apply holds (SafetyRefusal)."""
+    from planner import maintenance as mt
+    from planner import zk as zkmod
+
+    if not req.brokers:
+        raise BadInput("name the brokers whose maintenance state to clear")
+    zkmod.parse_connect(req.zk)
+    with zkmod.session(req.zk, auth=req.auth, timeout=req.timeout) as client:
+        changed = mt.clear(client, req.brokers, expect=req.state, reason=req.reason)
+    cleared = tuple((c.broker, c.before.state if c.before else "in service") for c in changed)
+    text = ", ".join(f"broker {b} was {st}" for b, st in cleared)
+    return ClearOutcome(cleared, f"cleared: {text}; now in service")
 
 
 def human_size(n: float | None, unknown: str = "?") -> str:

@@ -242,7 +242,8 @@ def set_ops(states: States, brokers: Iterable[int], actor: str, to: str | None, 
             run: str | None = None, reason: str = "", by: Mapping[str, Any] | None = None) -> list[Op]:
     """The writes that move `brokers` to `to` (None: clear), checked against the table, for one transaction of
     the caller's (conditional on each znode's version, so a concurrent change fails the whole transaction).
-    A broker already in `to` for the same plan is left as it is (its `since` stays)."""
+    A broker already in `to` for the same plan is left as it is (its `since` stays); when the same plan moves
+    it on (draining -> drained), its run, who and why stay."""
     ops: list[Op] = []
     creates = False
     for b in sorted({int(x) for x in brokers}):
@@ -254,7 +255,10 @@ def set_ops(states: States, brokers: Iterable[int], actor: str, to: str | None, 
             continue
         if cur is not None and cur.state == to and cur.plan_id == plan_id:
             continue
-        entry = Entry(b, to, plan_id, run, dict(by or {}), now_iso(), reason)
+        if cur is not None and cur.plan_id == plan_id and plan_id:   # the same plan moves on: who and why stay
+            entry = Entry(b, to, plan_id, run or cur.run, dict(cur.by or by or {}), now_iso(), reason or cur.reason)
+        else:
+            entry = Entry(b, to, plan_id, run, dict(by or {}), now_iso(), reason)
         if cur is None:
             ops.append(Op("create", path(b), encode(entry)))
             creates = True
@@ -374,3 +378,50 @@ def clear(client: KazooClient, brokers: Iterable[int], expect: str | None = None
             raise SafetyRefusal(f"broker {b} is {e.state} for {who}, which is running: stop it first (`kplan "
                                 "cancel`); nothing was cleared")
     return change(client, ids, OPERATOR, None, plan_id=None, reason=reason, command="maintenance clear")
+
+
+# ------------------------------------------------------------------------------------------ the brokers' view
+@dataclass(frozen=True)
+class BrokerStatus:
+    """One row of `kplan brokers`: a broker that is registered or in maintenance (or named by the snapshot)."""
+
+    broker: int
+    rack: str | None
+    registered: bool
+    entry: Entry | None
+
+    @property
+    def state(self) -> str:
+        return self.entry.state if self.entry else "in service"
+
+
+def statuses(client: KazooClient) -> list[BrokerStatus]:
+    """Registered brokers (with their racks) and brokers in maintenance, read now, without the lock."""
+    zkmod.require_kafka(client)
+    racks: dict[int, str | None] = {}
+    try:
+        ids = client.get_children(codec.BROKER_IDS)
+    except NoNodeError:
+        ids = []
+    for name in ids:
+        if not (name.isascii() and name.isdigit()):
+            continue
+        b = int(name)
+        try:
+            data, _ = client.get(codec.broker_path(b))
+            racks[b] = codec.decode_broker(b, data).rack
+        except NoNodeError:
+            continue
+        except BadInput:
+            racks[b] = None   # registered, details malformed
+    entries = read_all(client).entries
+    return [BrokerStatus(b, racks.get(b), b in racks, entries.get(b)) for b in sorted(set(racks) | set(entries))]
+
+
+def statuses_in_snapshot(brokers: Any, manifest: Mapping[str, Any]) -> list[BrokerStatus]:
+    """The same rows as the snapshot recorded them (`brokers`: its brokers table)."""
+    entries = from_manifest(manifest.get("maintenance"))
+    cols = brokers.select(["broker", "alive", "rack"]).to_pydict()
+    known = {int(b): (a, r) for b, a, r in zip(cols["broker"], cols["alive"], cols["rack"], strict=True)}
+    return [BrokerStatus(b, known.get(b, (False, None))[1], bool(known.get(b, (False, None))[0]), entries.get(b))
+            for b in sorted(set(known) | set(entries))]

@@ -81,6 +81,8 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
     if "bytes_max_deviation_pct" in after:
         quality["bytes_max_deviation_pct_after"] = after["bytes_max_deviation_pct"]
     lr = res.leaders
+    quality["left_out_brokers"] = [int(b) for b in pb.broker_ids[res.left_out].tolist()] \
+        if res.left_out is not None else []
     quality["leader_scope"] = res.params.scope
     quality["necessary_leadership_changes"] = lr.necessary
     quality["optional_leadership_changes"] = lr.optional
@@ -104,6 +106,10 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
     }
     if res.params.kind == "drain":
         placement = {"method": "min-cost flow (all drained brokers jointly)", "status": "OPTIMAL"}
+    elif res.params.kind == "return":
+        placement = {"method": "the drain's own moves reversed where the cluster still matches them, then replicas "
+                               "from the fullest brokers onto the returning ones, up to their share",
+                     "status": "FEASIBLE"}
     elif res.rebalance and res.rebalance.exact:
         placement = {"method": "CP-SAT (small cluster: exact levels, then fewest moves)", "status": "OPTIMAL"}
     else:
@@ -134,7 +140,10 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
             "drained": [bool(x) for x in res.drained.tolist()],
             "eligible": [bool(x) for x in res.eligible.tolist()],
             **_disk(pb),
+            "maintenance": [e.state if (e := pb.maintenance_entries.get(int(b))) else None
+                            for b in pb.broker_ids.tolist()],
         },
+        "maintenance": maintenance_section(res),
         "before": before,
         "after": after,
         "topics": {
@@ -166,6 +175,24 @@ def _disk(pb) -> dict[str, Any]:
     lim = limits(pb)
     return {"capacity_bytes": [int(x) if x >= 0 else None for x in pb.capacity_bytes.tolist()],
             "disk_limit_bytes": [int(x) if x >= 0 else None for x in lim.tolist()]}
+def maintenance_section(res: PlanResult) -> dict[str, Any]:
+    """Brokers in maintenance as the snapshot recorded them: those this plan leaves out (no replica, no preferred
+    leadership: `left_out`) and, for a return, those it brings back and how (`returning`)."""
+    pb = res.problem
+    left = res.left_out if res.left_out is not None else np.zeros(pb.num_brokers, bool)
+
+    def entry(b: int) -> dict[str, Any]:
+        e = pb.maintenance_entries.get(b)
+        doc = {k: v for k, v in e.as_dict().items() if k != "format"} if e else {"broker": b, "state": None}
+        return doc
+
+    out: dict[str, Any] = {"left_out": [entry(int(b)) for b in pb.broker_ids[left].tolist()]}
+    if res.params.kind == "return" and res.returned is not None:
+        r = res.returned
+        out["returning"] = [{**entry(int(b)), "share": list(r.goal.get(int(b), ()))} for b in res.params.brokers]
+        out["undo"] = {"drain_plan": res.params.undo_plan, "drain_moves": r.drain_moves, "reversed": r.reversed,
+                       "no_longer_matching": r.stale, "held_back": r.held_back, "balanced_moves": r.balanced}
+    return out
 
 
 def reassignment_entries(res: PlanResult, original: bool = False) -> list[ReassignEntry]:

@@ -29,6 +29,7 @@ from planner.errors import BadInput, CodecError
 
 FORMAT = "kplan-plan/1"
 FILES = ("plan.json", "reassignment.json", "rollback.json")
+KINDS = ("drain", "rebalance", "return")   # "return": a drained broker brought back (planner/optimizer/returns.py)
 BATCH_FILE_RE = re.compile(r"^batch-(\d+)\.json$")
 MOVE_KINDS = ("data", "leader")
 BATCH_KINDS = ("leadership", "data")
@@ -105,6 +106,12 @@ class Brokers:
     alive: tuple[bool, ...]
     drained: tuple[bool, ...]
     eligible: tuple[bool, ...]
+    maintenance: tuple[str | None, ...] = ()   # each broker's maintenance state when the snapshot was taken
+
+    @property
+    def in_maintenance(self) -> dict[int, str]:
+        """Broker id -> maintenance state, for the brokers that were in maintenance (planner/maintenance.py)."""
+        return {b: m for b, m in zip(self.ids, self.maintenance, strict=False) if m}
 
     @property
     def drained_ids(self) -> tuple[int, ...]:
@@ -121,7 +128,7 @@ def _empty() -> Mapping[str, Any]:
 @dataclass(frozen=True, eq=False)
 class Plan:
     id: str
-    kind: str                                      # "drain" | "rebalance"
+    kind: str                                      # one of KINDS
     snapshot_fingerprint: str
     parameters: Mapping[str, Any]
     brokers: Brokers
@@ -164,6 +171,17 @@ class Plan:
     @property
     def drained_brokers(self) -> tuple[int, ...]:
         return self.brokers.drained_ids
+
+    @property
+    def returning_brokers(self) -> tuple[int, ...]:
+        """A return plan's brokers (those it moves replicas onto); () for other kinds."""
+        return tuple(int(b) for b in self.parameters.get("brokers") or ()) if self.kind == "return" else ()
+
+    @property
+    def maintenance(self) -> Mapping[str, Any]:
+        """plan.json's `maintenance` section: brokers the plan left out (and a return's brokers), {} in plans
+        written before it existed."""
+        return self.section("maintenance")
 
     def section(self, name: str) -> Mapping[str, Any]:
         """Any figure section of plan.json by name (new sections need no model change)."""
@@ -268,7 +286,8 @@ def _brokers(doc: dict[str, Any], where: Path) -> Brokers:
             raise _bad(where, f"brokers.{name} must be a list parallel to brokers.ids")
         return tuple(v)
 
-    return Brokers(ids, col("racks", None), col("alive", True), col("drained", False), col("eligible", True))
+    return Brokers(ids, col("racks", None), col("alive", True), col("drained", False), col("eligible", True),
+                   col("maintenance", None))
 
 
 def _reassign_file(f: Path) -> tuple[ReassignEntry, ...]:
@@ -363,7 +382,7 @@ def read_plan(path: Path | str) -> Plan:
             raise _bad(where, f"lacks {key!r}")
     if plan_id(doc) != doc["id"]:
         raise _bad(where, f"content does not match its id {doc['id']} (edited after planning?)")
-    if doc["kind"] not in ("drain", "rebalance"):
+    if doc["kind"] not in KINDS:
         raise _bad(where, f"unknown plan kind {doc['kind']!r}")
     snap = doc["snapshot"]
     if not isinstance(snap, dict) or not isinstance(snap.get("fingerprint"), str):

@@ -494,7 +494,7 @@ def snapshot_from_cluster(cluster: Cluster) -> sio.Snapshot:
         "leader_throttle_rate": pa.nulls(len(bs), pa.int64()),
         "follower_throttle_rate": pa.nulls(len(bs), pa.int64()),
         **{c: pa.nulls(len(bs), sio.BROKERS_SCHEMA.field(c).type)
-           for c in ("capacity_bytes", "disk_used_bytes", "log_dirs", "log_dir_errors")},
+           for c in ("capacity_bytes", "disk_used_bytes", "log_dirs", "log_dir_errors", "maintenance")},
     }).cast(sio.BROKERS_SCHEMA)
     fp = sio.assignment_fingerprint(parts.column("topic"), parts.column("partition").to_numpy(),
                                     parts.column("replicas"))

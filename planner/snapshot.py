@@ -29,7 +29,7 @@ from pathlib import Path
 from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from planner import codec, logdirs
+from planner import codec, logdirs, maintenance
 from planner import snapshot_io as sio
 from planner import zk as zkmod
 from planner.errors import BadInput, PlannerError, ZkUnavailable
@@ -56,10 +56,11 @@ class _Rounds:
         r = self.reader
         say(f"reading cluster metadata from {r.target} ({r.mode})")
         controller, brokers, configs, admin = r.controller(), r.brokers(), r.broker_configs(), r.admin()
+        in_maintenance = r.maintenance()
         names = r.topic_names()
         say(f"reading {len(names)} topics")
         self._apply_topics(names, parallel=True)
-        self.read = ClusterRead(controller, brokers, configs, admin, dict(self.topics))
+        self.read = ClusterRead(controller, brokers, configs, admin, dict(self.topics), maintenance=in_maintenance)
 
     def _apply_topics(self, names: list[str], parallel: bool = False) -> None:
         got = self.reader.topics(names, parallel=parallel)
@@ -93,7 +94,7 @@ class _Rounds:
 
     def _reread(self, changed: set[str]) -> None:
         topics: set[str] = set()
-        relist = brokers = broker_configs = admin = controller = False
+        relist = brokers = broker_configs = admin = controller = in_maintenance = False
         for p in changed:
             parts = p.split("/")
             if p == codec.TOPICS:
@@ -110,6 +111,8 @@ class _Rounds:
                 admin = True
             elif p in (codec.CONTROLLER, codec.CONTROLLER_EPOCH, codec.MIGRATION):
                 controller = True
+            elif p == maintenance.ROOT or p.startswith(maintenance.ROOT + "/"):
+                in_maintenance = True
         r, read = self.reader, self.read
         if controller:
             read = replace(read, controller=r.controller())
@@ -119,6 +122,8 @@ class _Rounds:
             read = replace(read, broker_configs=r.broker_configs())
         if admin:
             read = replace(read, admin=r.admin())
+        if in_maintenance:
+            read = replace(read, maintenance=r.maintenance())
         if relist:
             current = set(r.topic_names())
             known = set(self.topics)

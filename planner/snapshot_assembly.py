@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from planner import codec, zkcolumns
 from planner import kafka_config as kc
 from planner import snapshot_io as sio
+from planner.maintenance import Entry, manifest_section
 from planner.snapshot_reader import (
     AdminRecord,
     BrokerRecord,
@@ -50,6 +51,7 @@ class ClusterRead:
     admin: AdminRecord
     topics: Mapping[str, TopicRecord]
     consistency: Consistency = field(default_factory=Consistency)
+    maintenance: Mapping[int, Entry] = field(default_factory=dict)   # planner/maintenance.py, by broker id
 
 
 @dataclass(frozen=True, eq=False)
@@ -199,6 +201,8 @@ def assemble(read: ClusterRead, lenient: bool) -> Assembled:
         rows_b["follower_throttle_rate"].append(rates[1])
         for col in ("capacity_bytes", "disk_used_bytes", "log_dirs", "log_dir_errors"):
             rows_b[col].append(None)        # filled from DescribeLogDirs (planner.logdirs.merge_log_dirs)
+        m = read.maintenance.get(b)
+        rows_b["maintenance"].append(m.state if m else None)
     brokers = pa.table(rows_b, schema=sio.BROKERS_SCHEMA)
     return Assembled(brokers, topics, partitions, tuple(found.all() + extra))
 
@@ -315,5 +319,6 @@ def manifest(read: ClusterRead, target_hosts: str, chroot: str | None, tables: A
         "topics_queued_for_deletion": list(read.admin.deleting),
         "consistency": {"rereads": c.rereads, "rounds": c.rounds, "consistent": c.consistent, "mode": c.mode},
         "sizes": "kafka-log-dirs" if with_sizes else None,
+        "maintenance": manifest_section(read.maintenance),
         "warnings": warnings,
     }

@@ -83,13 +83,16 @@ BROKERS_SCHEMA = pa.schema(
         ("disk_used_bytes", pa.int64()),
         ("log_dirs", pa.list_(pa.string())),
         ("log_dir_errors", pa.list_(pa.string())),
+        # the planner's maintenance state (planner/maintenance.py): draining | drained | restarting | returning
+        # | unknown, null when in service
+        ("maintenance", pa.string()),
     ]
 )
 
 SCHEMAS = {"partitions": PARTITIONS_SCHEMA, "topics": TOPICS_SCHEMA, "brokers": BROKERS_SCHEMA}
 # Columns added after kplan-snapshot/1 was first written: a folder without them reads as all-null.
 OPTIONAL = {"partitions": {"state_error", "replica_sizes"},
-            "brokers": {"capacity_bytes", "disk_used_bytes", "log_dirs", "log_dir_errors"}}
+            "brokers": {"capacity_bytes", "disk_used_bytes", "log_dirs", "log_dir_errors", "maintenance"}}
 
 # Rows per row group of partitions.parquet: Spark splits a Parquet file only at row-group boundaries, so a
 # million-partition table written as one group would be read by a single task.

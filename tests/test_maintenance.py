@@ -196,3 +196,32 @@ def test_manifest_section_round_trip():
         mt.from_manifest([{"broker": "3", "state": "drained"}])
     assert e.describe() == (f"broker 3 drained since 2026-11-25T10:00:00Z by ann@h (kplan verify), plan "
                             f"{PLAN[:19]}…: disk swap")
+
+
+def test_verify_sets_drained_only_when_the_drain_holds_and_only_for_its_own_plan(zk_client):
+    from planner.execution import lifecycle
+    from planner.execution.planview import RunPlan
+
+    check = _setup(zk_client)
+    plan = RunPlan(PLAN, "drain", {}, (), None, None, drained=(1, 2))
+    gate = WriteGate(zk_client)
+    lock = ApplyLock(gate, "apply", PLAN)
+    lock.acquire()
+    try:
+        gate.commit(mt.set_ops(mt.read_all(zk_client), [1], "drain-apply", "draining", plan_id=PLAN, run="/r",
+                               reason="why"))
+        gate.commit(mt.set_ops(mt.read_all(zk_client), [2], "drain-apply", "draining", plan_id=OTHER))
+        before = check.tree("/kplan/maintenance")
+        out = lifecycle.after_verify(zk_client, gate, plan, True, {"holds": False, "remaining": ["late-0"]})
+        assert out["set"] == {} and "1 partitions still on it" in out["kept"]["1"]
+        out = lifecycle.after_verify(zk_client, gate, plan, False, None)
+        assert out["set"] == {} and out["kept"]["2"] == "the plan has not converged"
+        assert check.tree("/kplan/maintenance") == before
+        out = lifecycle.after_verify(zk_client, gate, plan, True, {"holds": True, "remaining": []})
+        assert out["set"] == {"1": "drained"} and "belongs to another plan" not in out["kept"]["2"]
+        assert "its state is not this plan's" in out["kept"]["2"]
+    finally:
+        lock.release()
+    one = check.json("/kplan/maintenance/1")
+    assert (one["state"], one["plan_id"], one["run"], one["reason"]) == ("drained", PLAN, "/r", "why")
+    assert check.json("/kplan/maintenance/2")["state"] == "draining"

@@ -210,6 +210,10 @@ def test_every_write_of_apply_verify_cancel_is_allowed(tmp_path, zk_connect, mon
         assert cli.main(["apply", "--zk", sb.connect_string, "--plan", str(run / "plan"), "--throttle", "100MB",
                          "--poll", "0.2"]) == 0
         assert cli.main(["verify", "--zk", sb.connect_string, "--plan", str(run / "plan"), "--timeout", "30"]) == 0
+        # The drain left broker 1 drained: only an explicit clear lets a plan put replicas back on it.
+        assert Checker(checker_zk).json("/kplan/maintenance/1")["state"] == "drained"
+        assert cli.main(["maintenance", "clear", "--zk", sb.connect_string, "--brokers", "1", "--state",
+                         "drained"]) == 0
         # Plan 2: move a-0 back in two batches, cancelled with revert while its first batch is in flight.
         doc2 = write_plan(tmp_path / "run2" / "plan", [("a", 0, [2, 3], [1, 4], 30_000_000),
                                                      ("b", 0, [3, 4], [1, 3], 30_000_000)],
@@ -239,4 +243,6 @@ def test_every_write_of_apply_verify_cancel_is_allowed(tmp_path, zk_connect, mon
     assert ("create-sequential", "config/changes") in kinds
     assert any(k == "set" and p.startswith("/config/topics/") for k, p in recorded)
     assert any(p.startswith("/kplan/lock/") for _, p in recorded)
+    assert ("create", "/kplan/maintenance/1") in recorded and ("set", "/kplan/maintenance/1") in recorded
+    assert ("delete", "/kplan/maintenance/1") in recorded
     json.dumps(recorded)

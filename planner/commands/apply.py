@@ -35,6 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="DIR", help="where progress.json and outcome.json go: empty, or holding only "
                    "this plan's records (default: apply/ in the plan's records folder: <run>/apply for <run>/plan, "
                    "else <plan>-run/apply)")
+    p.add_argument("--reason", help="why (a drain or return records it with its brokers' maintenance state, shown "
+                                    "by `kplan brokers`)")
     p.set_defaults(func=_run)
 
 
@@ -49,7 +51,7 @@ def _run(args: argparse.Namespace) -> int:
                            auth=zkmod.auth_from_env(args.zk_auth_env), timeout=args.connect_timeout,
                            throttle=args.throttle, dry_run=args.dry_run,
                            max_concurrent_per_broker=args.max_concurrent_per_broker, poll=args.poll,
-                           wait=args.timeout, lock_wait=args.lock_wait)
+                           wait=args.timeout, lock_wait=args.lock_wait, reason=args.reason)
     line = ProgressLine()
     try:
         outcome = api.apply(req, progress=None if args.dry_run else line)

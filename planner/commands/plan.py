@@ -30,7 +30,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--max-bytes", type=_bytes, help="at most this many bytes copied (e.g. 500GiB)")
     r.add_argument("--balance", choices=["auto", "count", "bytes"], default="auto",
                    help="level replica counts or bytes (auto: bytes when every partition's size is known)")
-    for q in (d, r):
+    t = kinds.add_parser("return", help="bring drained brokers back: replicas move only onto them (the drain's "
+                                        "own moves reversed where the cluster still matches them)")
+    t.add_argument("--brokers", required=True, help="drained broker ids that are registered again, comma separated")
+    t.add_argument("--drain-plan", type=Path, metavar="P",
+                   help="the drain's plan folder (default: found through the brokers' maintenance state)")
+    for q in (d, r, t):
         q.add_argument("--snapshot", required=True, type=Path, help="snapshot folder (kplan snapshot --out)")
         q.add_argument("--out", required=True, type=Path, help="plan folder to write")
         q.add_argument("--exclude-topics", metavar="REGEX",
@@ -103,6 +108,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.kind == "drain":
         outcome = api.plan_drain(api.DrainRequest(brokers=tuple(_broker_list(args.brokers)), **common),
                                  progress=progress)
+    elif args.kind == "return":
+        outcome = api.plan_return(api.ReturnRequest(brokers=tuple(_broker_list(args.brokers)),
+                                                    drain_plan=args.drain_plan, **common), progress=progress)
     else:
         outcome = api.plan_rebalance(api.RebalanceRequest(max_moves=args.max_moves, max_bytes=args.max_bytes,
                                                           balance=args.balance, **common), progress=progress)
@@ -135,14 +143,16 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any]) -> None:
     s = doc["summary"]
     b, a = doc["before"], doc["after"]
     p = doc["parameters"]
-    what = f"drain of brokers {','.join(map(str, p['brokers']))}" if doc["kind"] == "drain" else \
-        f"rebalance ({p['balance']} balance)"
+    what = {"drain": f"drain of brokers {','.join(map(str, p['brokers']))}",
+            "return": f"return of brokers {','.join(map(str, p['brokers']))}"}.get(
+        doc["kind"], f"rebalance ({p['balance']} balance)")
     lines = [
         f"plan {doc['id']}: {what}",
         f"  replica moves      {s['replica_moves']} ({count(s['partitions_moved'], 'partition')}, "
         f"{_human(s['bytes_moved'])}); lower bound {s['lower_bound_moves']}"
         + (f", x{s['moves_over_lower_bound']}" if s["moves_over_lower_bound"] is not None else ""),
-        f"  replica spread     {b['replica_spread']} -> {a['replica_spread']} (registered, non-drained brokers)",
+        f"  replica spread     {b['replica_spread']} -> {a['replica_spread']} (registered brokers, not drained, "
+        "not in maintenance)",
         f"  leader spread      {b['leader_spread']} -> {a['leader_spread']} "
         f"(ideal {s['ideal_leaders_per_broker']} per broker, within 1: {s['leaders_within_one_of_ideal']})",
         f"  topic leaders      max per broker {s['max_topic_leaders_per_broker_after']}; "
@@ -171,6 +181,19 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any]) -> None:
                      f"suggested throttle up to {_human(top)}/s ({p['batch_seconds']} s per batch)")
     elif doc["batches"]:
         lines.append(f"  batch files        {doc['batches'][0]['file']} .. {doc['batches'][-1]['file']}")
+    maint = doc.get("maintenance") or {}
+    for e in maint.get("left_out") or ():
+        lines.append(f"  LEFT OUT           broker {e['broker']}: {e['state']} since {e.get('since') or '?'}"
+                     + (f", plan {str(e['plan_id'])[:19]}" if e.get("plan_id") else "")
+                     + (f" ({e['reason']})" if e.get("reason") else "") + ": no replica, no preferred leadership")
+    if "undo" in maint:
+        u = maint["undo"]
+        share = ", ".join(f"broker {e['broker']} {e['share'][0]}..{e['share'][1]} replicas"
+                          for e in maint.get("returning") or ())
+        lines.append(f"  return             {u['reversed']} of the drain's {u['drain_moves']} moves reversed "
+                     f"({u['no_longer_matching']} no longer match the cluster, {u['held_back']} held back), "
+                     f"{u['balanced_moves']} replicas balanced onto it; share {share}"
+                     + ("" if u.get("drain_plan") else "; no drain plan found: balanced only"))
     for h in doc["hot_spots"]["brokers"]:
         lines.append(f"  HOT SPOT           broker {h['broker']} ({h['rack']}): {h['excess_pct']:+.1f}% "
                      f"{h['metric']} vs the mean; {h['reason']}: {h['detail']}")
@@ -179,6 +202,6 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any]) -> None:
     from planner.plan_model import is_hot_spot_warning
 
     for w in doc["warnings"]:
-        if not is_hot_spot_warning(w):  # printed above as HOT SPOT lines
+        if not is_hot_spot_warning(w) and not w.startswith("left out:"):  # printed above
             lines.append(f"  warning: {w}")
     print("\n".join(lines))

@@ -36,7 +36,7 @@ from kazoo.protocol.states import KazooState
 from planner import codec
 from planner import zk as zkmod
 from planner.errors import NotConverged, PlannerError, SafetyRefusal, ZkUnavailable
-from planner.execution import preflight
+from planner.execution import lifecycle, preflight
 from planner.execution import runstate as rs
 from planner.execution.clusterview import ClusterView, Key, retrying
 from planner.execution.diagnosis import Context, diagnose
@@ -62,6 +62,8 @@ class Options:
     stall_warning: float = 60.0         # log a diagnosis when no partition completes for this long
     progress_file: Path | None = None
     lock_recoveries: int = 3            # times a lost lock (expired session) is taken again and the run resumed
+    run: str | None = None              # the run this apply belongs to (its folder), recorded with the brokers'
+    reason: str | None = None           # maintenance state (planner/maintenance.py), and why the maintenance
 
 
 @dataclass
@@ -109,6 +111,7 @@ class Executor:
         self._last_saved = 0.0
         self._last_entries: dict[Key, tuple[int, ...]] = {}
         self._reverted: list[Key] = []
+        self._maintenance: list[Op] = []
         final = plan.final_unit()
         self._final_count = [0] * len(plan.units)
         self._final_bytes = [0] * len(plan.units)
@@ -290,6 +293,8 @@ class Executor:
             raise SafetyRefusal(f"a run of plan {plan.id} with other batches is recorded (max concurrent moves per "
                                 f"broker {was}); resume it with the same setting")
         self._read(lambda: preflight.check(self.client, self.view, plan, run))
+        self._maintenance = self._read(lambda: lifecycle.apply_ops(self.client, plan, run=self.opts.run,
+                                                                   reason=self.opts.reason, command=self.command))
         return run
 
     def _apply(self) -> Result:
@@ -311,7 +316,9 @@ class Executor:
                 run.doc["state"] = rs.RUNNING
             run.event(f"resumed by {self.command} (pid {run.doc['holder']['pid']})")
         self.run = run
-        self._save(run)
+        if self._maintenance:   # the brokers' maintenance state, in the same transaction as the record
+            run.event("maintenance: " + ", ".join(f"{op.kind} {op.path}" for op in self._maintenance))
+        self._save(run, self._maintenance)
         unthrottled = [u.label for u in plan.units if u.kind == "data" and u.bytes and not self.rate(u)
                        and run.unit_state(u.index) == rs.PENDING]
         if unthrottled and not any("no replication throttle" in w for w in self.warnings):

@@ -78,6 +78,7 @@ class RunPlan:
     drained: tuple[int, ...] = ()
     path: str = ""
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    returning: tuple[int, ...] = ()      # a return plan's brokers (planner/maintenance.py: returning)
 
     @property
     def hexid(self) -> str:
@@ -202,8 +203,9 @@ def _build(plan_id: str, kind: str, moves: dict[Key, Move], batches: list[tuple[
         if current[k] != m.to:
             raise BadInput(f"the plan's batches leave {k[0]}-{k[1]} at {list(current[k])}, not its target {list(m.to)}")
     drained = tuple(int(x) for x in params.get("brokers") or ()) if kind == "drain" else ()
+    returning = tuple(int(x) for x in params.get("brokers") or ()) if kind == "return" else ()
     return RunPlan(plan_id, kind, moves, tuple(units), plan_limit, max_concurrent, drained, path,
-                   tuple(str(w) for w in warnings))
+                   tuple(str(w) for w in warnings), returning)
 
 
 def revert_unit(plan: RunPlan, unit: Unit, index: int) -> Unit:

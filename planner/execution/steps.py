@@ -82,6 +82,7 @@ def apply(zk: str, plan_path: Path | str, options: Options, *, max_concurrent: i
         raise BadInput(f"throttle must be at least 1 byte/s, got {options.throttle}")
     zkmod.parse_connect(zk)
     plan = load_plan(plan_path, max_concurrent)
+    options.run = options.run or str(run_folder(plan_path))   # named in the brokers' maintenance state
     folder = None if options.dry_run else _claim_apply(plan_path, plan, out, "apply")
     if folder is not None:
         options.progress_file = folder / "progress.json"

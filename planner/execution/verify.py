@@ -29,7 +29,7 @@ from kazoo.exceptions import NodeExistsError
 
 from planner import codec
 from planner.errors import NotConverged
-from planner.execution import preflight
+from planner.execution import lifecycle, preflight
 from planner.execution import runstate as rs
 from planner.execution.clusterview import ClusterView, Key, PartStatus, retrying
 from planner.execution.diagnosis import Context, converged, diagnose, reassign_keys
@@ -164,6 +164,8 @@ class Verifier:
         if self.opts.remove_throttles and wrote:
             self._read(lambda: self.throttles.release(moving))
         report = self._report(ok, seconds, election, run, skipped)
+        if plan.kind in ("drain", "return"):
+            report["maintenance"] = self._maintenance(ok, report, wrote)
         if wrote and run is not None:
             try:
                 run = self._read(lambda: rs.load(self.client, plan.hexid))
@@ -186,6 +188,22 @@ class Verifier:
             err.path = path  # type: ignore[attr-defined]
             raise err
         return VerifyResult(plan.id, ok, report, path, self._summary(report), list(self.warnings))
+
+    def _maintenance(self, ok: bool, report: dict[str, Any], wrote: bool) -> dict[str, Any]:
+        """The brokers' maintenance state after this verify (planner/execution/lifecycle.py): a drain's become
+        `drained` when its intent holds on the whole cluster; a return's leave maintenance."""
+        intent = report.get("intent")
+        if self.plan.kind == "drain" and ok and intent is None:
+            intent = report["intent"] = self._read(lambda: lifecycle.drain_intent(self.view, self.plan))
+        if not wrote:
+            brokers = self.plan.drained or self.plan.returning
+            return {"set": {}, "kept": {str(b): "writes skipped: another kplan holds the lock" for b in brokers}}
+        try:
+            return self._read(lambda: lifecycle.after_verify(self.client, self.gate, self.plan, ok, intent))
+        except Exception as e:  # noqa: BLE001 - the report still says what happened
+            self.warnings.append(f"the brokers' maintenance state was not updated: {e}")
+            report["warnings"] = list(self.warnings)
+            return {"set": {}, "kept": {}, "error": str(e)}
 
     def _elect(self, statuses: dict[Key, PartStatus]) -> dict[str, Any]:
         target = {k: m.to for k, m in self.plan.moves.items()}
@@ -339,6 +357,10 @@ def table(report: dict[str, Any]) -> str:
         out.append(f"    stalled {s['partition']}: {', '.join(s['reasons'])}")
     if len(report["stalled"]) > 50:
         out.append(f"    ... {len(report['stalled']) - 50} more stalled partitions in report.json")
+    for b, st in ((report.get("maintenance") or {}).get("set") or {}).items():
+        out.append(f"  maintenance: broker {b} is now {st or 'in service (out of maintenance)'}")
+    for b, why in ((report.get("maintenance") or {}).get("kept") or {}).items():
+        out.append(f"  maintenance: broker {b} unchanged: {why}")
     if report.get("writes_skipped"):
         out.append(f"  note: {report['writes_skipped']}")
     return "\n".join(out)

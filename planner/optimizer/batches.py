@@ -44,7 +44,7 @@ def make_batches(pb: Problem, final: np.ndarray, drained: np.ndarray, limit: int
     lead_rows = [np.flatnonzero(leader_only)]
     lead_lists = [final[leader_only]]
     if drained.any() and orig.shape[1]:
-        eligible = pb.alive & ~drained
+        eligible = pb.receivers(drained)
         first = orig[:, 0]
         off = data & (first >= 0) & drained[np.maximum(first, 0)]
         rows = np.flatnonzero(off)

@@ -68,9 +68,13 @@ def verify_plan(pb: Problem, final: np.ndarray, drained: np.ndarray) -> None:
         fail("drained-empty", (valid_f & drained[np.maximum(final, 0)]).any(axis=1),
              "replicas left on drained brokers")
     added = valid_f & ~_member(final, orig)
-    eligible = pb.alive & ~drained
+    eligible = pb.receivers(drained)
     fail("eligible-receivers", (added & ~eligible[np.maximum(final, 0)]).any(axis=1),
-         "replicas added on a broker that is not registered or is being drained")
+         "replicas added on a broker that is not registered, is being drained or is in maintenance")
+    if final.shape[1]:
+        lead = final[:, 0]
+        fail("maintenance-leaders", (lead >= 0) & (lead != orig[:, 0]) & pb.in_maintenance[np.maximum(lead, 0)],
+             "preferred leadership given to a broker in maintenance")
     if pb.rack_aware:
         bits = pb.rack_bits()
         need = required_racks(pb, eligible)

@@ -47,7 +47,7 @@ def check_drain_request(pb: Problem, drained: np.ndarray) -> tuple[np.ndarray, n
         raise Infeasible("in-flight", "partitions being reassigned now hold replicas on drained brokers; wait "
                          f"for that reassignment to finish: {pb.names(np.flatnonzero(stuck))}")
     rows = np.flatnonzero(moved)
-    eligible = pb.alive & ~drained
+    eligible = pb.receivers(drained)
     n_e = int(eligible.sum())
     reps = pb.replicas[rows]
     kept = np.where(valid[rows] & ~on_d[rows], reps, -1)
@@ -80,7 +80,7 @@ def place_drain(pb: Problem, drained: np.ndarray) -> np.ndarray:
     final = pb.replicas.copy()
     if not len(rows):
         return final
-    eligible = pb.alive & ~drained
+    eligible = pb.receivers(drained)
     e_idx = np.flatnonzero(eligible).astype(np.int32)
     n_e = len(e_idx)
     reps = pb.replicas[rows]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -18,18 +18,22 @@ from planner.optimizer import capacity
 from planner.optimizer.batches import Batch, changed_sets, make_batches
 from planner.optimizer.checks import verify_plan
 from planner.optimizer.drain import place_drain
-from planner.optimizer.leaders import LeaderResult, choose_leaders
+from planner.optimizer.leaders import LeaderResult, choose_leaders, necessary_changes
 from planner.optimizer.problem import Problem
 from planner.optimizer.rebalance import RebalanceInfo, place_rebalance
+from planner.optimizer.returns import DrainMove, ReturnInfo, place_return
 
+KINDS = ("drain", "rebalance", "return")
+RETURN_ADVICE = {"draining": "its drain has not been verified yet: verify it (or run the follow-up drain) first",
+                 "restarting": "it is in a restart roll, which brings it back itself"}
 ORDERS = ("smallest-first", "largest-first")
 SCOPES = ("touched", "all")
 
 
 @dataclass
 class Params:
-    kind: str                                   # "drain" | "rebalance"
-    brokers: list[int] = field(default_factory=list)
+    kind: str                                   # "drain" | "rebalance" | "return"
+    brokers: list[int] = field(default_factory=list)   # drained (drain) or returning (return) brokers
     max_moves: int | None = None
     max_bytes: int | None = None
     max_concurrent_per_broker: int = 5
@@ -38,17 +42,19 @@ class Params:
     leader_scope: str | None = None             # touched | all; None: touched for a drain, all for a rebalance
     max_leader_changes: int | None = None       # all preferred-leader changes, necessary ones included
     batch_seconds: int = 3600                   # target duration of one batch (its suggested throttle)
+    undo: tuple[DrainMove, ...] = ()            # return: the drain's moves, reversed where the cluster matches
+    undo_plan: str | None = None                # return: the id of the drain plan those moves come from
 
     @property
     def scope(self) -> str:
         """The leader scope in force: which partitions may change their preferred leader."""
-        return self.leader_scope or ("touched" if self.kind == "drain" else "all")
+        return self.leader_scope or ("all" if self.kind == "rebalance" else "touched")
 
     def validate(self) -> None:
-        if self.kind not in ("drain", "rebalance"):
+        if self.kind not in KINDS:
             raise BadInput(f"unknown plan kind {self.kind!r}")
-        if self.kind == "drain" and not self.brokers:
-            raise BadInput("a drain needs at least one broker (brokers)")
+        if self.kind in ("drain", "return") and not self.brokers:
+            raise BadInput(f"a {self.kind} needs at least one broker (brokers)")
         if len(set(self.brokers)) != len(self.brokers):
             raise BadInput(f"brokers lists a broker twice: {self.brokers}")
         if self.max_concurrent_per_broker < 1:
@@ -85,6 +91,8 @@ class PlanResult:
     rebalance: RebalanceInfo | None
     timings: dict[str, float]
     warnings: list[str]
+    returned: ReturnInfo | None = None   # a return plan's undo / balance figures
+    left_out: np.ndarray | None = None   # (B,) bool: brokers in maintenance this plan gives nothing
 
     @property
     def changed(self) -> np.ndarray:
@@ -97,12 +105,37 @@ def make_plan(pb: Problem, params: Params, progress: Callable[[str], None] | Non
     timings: dict[str, float] = {}
     B = pb.num_brokers
     drained = np.zeros(B, dtype=bool)
+    returning = np.zeros(B, dtype=bool)
     if params.kind == "drain":
         drained[pb.broker_index(params.brokers)] = True
-    eligible = pb.alive & ~drained
+    elif params.kind == "return":
+        known = set(pb.broker_ids.tolist())
+        dead = sorted(int(b) for b in params.brokers if b not in known and b in pb.maintenance_entries)
+        if not dead:
+            returning[pb.broker_index(params.brokers)] = True
+            dead = [int(b) for b in pb.broker_ids[returning & ~pb.alive]]
+        if dead:
+            raise BadInput(f"broker(s) {dead} are not registered (not in /brokers/ids when the snapshot was "
+                           "taken): a return moves replicas onto them; start them, then take a new snapshot")
+        for b in params.brokers:
+            e = pb.maintenance_entries.get(int(b))
+            if e is None:
+                raise BadInput(f"broker {b} is not in maintenance (the snapshot records no drained state for it): a "
+                               "return brings a drained broker back; to fill a broker in service, plan a rebalance")
+            if e.state not in ("drained", "returning"):
+                raise BadInput(f"broker {b} is {e.state}, not drained ({e.describe()}): "
+                               + RETURN_ADVICE.get(e.state, "clear its state first (kplan maintenance clear)"))
+        # the return owns the returning brokers' maintenance state: they may receive (nobody else may)
+        pb = replace(pb, maintenance=pb.in_maintenance & ~returning)
+    eligible = pb.receivers(drained)
     if not eligible.any():
         raise BadInput("no registered broker would remain to hold replicas")
     warnings = list(pb.warnings)
+    left_out = pb.in_maintenance & ~drained
+    if left_out.any():
+        what = "; ".join(_left_out_text(pb, int(b)) for b in pb.broker_ids[left_out].tolist())
+        warnings.append(f"left out: brokers in maintenance get no replica and no preferred leadership from this "
+                        f"plan: {what}")
     dead = [int(b) for b in pb.broker_ids[drained & ~pb.alive]]
     if dead:
         warnings.append(f"drained brokers {dead} are not registered: their replicas are re-created from the "
@@ -117,9 +150,14 @@ def make_plan(pb: Problem, params: Params, progress: Callable[[str], None] | Non
 
     t = time.perf_counter()
     info = None
+    returned = None
     if params.kind == "drain":
         say(f"placing the replicas of brokers {params.brokers} (min-cost flow)")
         placed = place_drain(pb, drained)
+    elif params.kind == "return":
+        say(f"moving replicas back onto brokers {params.brokers} (the drain's own moves first)")
+        placed, returned = place_return(pb, returning, params.undo)
+        warnings.extend(returned.warnings)
     else:
         say("choosing rebalance moves (min-cost flow)")
         placed, info = place_rebalance(pb, eligible, params.balance, params.max_moves, params.max_bytes)
@@ -131,6 +169,8 @@ def make_plan(pb: Problem, params: Params, progress: Callable[[str], None] | Non
     say(f"ordering preferred leaders, scope {scope} (max flow + min-cost flow)")
     lr = choose_leaders(pb, placed, eligible, scope_rows(pb, placed, scope),
                         max_changes=params.max_leader_changes)
+    if returned is not None and len(returned.undo_rows):
+        lr = _keep_order(pb, placed, eligible, lr, returned.undo_rows)
     timings["leaders_s"] = time.perf_counter() - t
     t = time.perf_counter()
     other = "all" if scope == "touched" else "touched"
@@ -148,7 +188,26 @@ def make_plan(pb: Problem, params: Params, progress: Callable[[str], None] | Non
     warnings.extend(disk_warnings(pb, lr.ordered))
     timings["checks_batches_s"] = time.perf_counter() - t
     return PlanResult(pb, params, drained, eligible, placed, lr.ordered, lr.topic_bound, lr.method, lr,
-                      alternative, batches, info, timings, warnings)
+                      alternative, batches, info, timings, warnings, returned, left_out)
+
+
+def _left_out_text(pb: Problem, broker: int) -> str:
+    e = pb.maintenance_entries.get(broker)
+    return f"broker {broker} ({e.describe().removeprefix(f'broker {broker} ')})" if e else f"broker {broker}"
+
+
+def _keep_order(pb: Problem, placed: np.ndarray, eligible: np.ndarray, lr: LeaderResult,
+                rows: np.ndarray) -> LeaderResult:
+    """A return's reversed partitions keep their list from before the drain, in its order: the leadership the
+    drain took away comes back with them."""
+    ordered = lr.ordered.copy()
+    ordered[rows] = placed[rows]
+    changed = ordered[:, 0] != pb.replicas[:, 0] if ordered.shape[1] else np.zeros(len(ordered), bool)
+    needed = necessary_changes(pb, placed, eligible, scope_rows(pb, placed, "touched"))
+    changes = int(changed.sum())
+    necessary = int((changed & needed).sum())
+    leader = np.where(ordered[:, 0] >= 0, ordered[:, 0], -1) if ordered.shape[1] else lr.leader
+    return LeaderResult(ordered, leader, lr.topic_bound, changes, lr.method, necessary, changes - necessary)
 
 
 def disk_warnings(pb: Problem, final: np.ndarray) -> list[str]:
@@ -256,6 +315,13 @@ def move_figures(res: PlanResult) -> dict[str, Any]:
             on = ((orig >= 0) & res.drained[np.maximum(orig, 0)]).sum(axis=1)
             lb_bytes = int((on * np.maximum(pb.sizes, 0)).sum())
         extra: dict[str, Any] = {}
+    elif res.params.kind == "return":
+        ret = res.returned
+        assert ret is not None
+        lb, lb_bytes = ret.lower_bound_moves, None
+        extra = {"reversed_drain_moves": ret.reversed, "drain_moves": ret.drain_moves,
+                 "drain_moves_no_longer_matching": ret.stale, "drain_moves_held_back": ret.held_back,
+                 "balanced_moves": ret.balanced}
     else:
         info = res.rebalance
         assert info is not None

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from planner.errors import BadInput
+from planner.maintenance import Entry, from_manifest
 from planner.snapshot_io import Snapshot, list_to_matrix
 from planner.text import count
 
@@ -56,6 +57,11 @@ class Problem:
             self.disk_used_bytes = np.full(b, -1, dtype=np.int64)
         if self.replica_sizes is None:
             self.replica_sizes = np.full(self.replicas.shape, -1, dtype=np.int64)
+    # bool (B,): brokers in maintenance (planner/maintenance.py, as the snapshot read it): no plan gives them a
+    # replica or preferred leadership, except the plan that owns their state (make_plan lifts it for a return)
+    maintenance: np.ndarray | None = None
+    maintenance_entries: dict[int, Entry] = field(default_factory=dict)   # by broker id (also brokers the
+    #                                                                     snapshot has no row for: down and empty)
 
     @property
     def num_brokers(self) -> int:
@@ -78,6 +84,16 @@ class Problem:
         """Partitions the plan must not touch at all (not even their replica order)."""
         fixed = self.excluded_topic[self.topic_of] | self.in_flight | (self.rf == 0)
         return fixed if self.unknown_state is None else fixed | self.unknown_state
+
+    @property
+    def in_maintenance(self) -> np.ndarray:
+        """(B,) bool: brokers in maintenance (all False when the snapshot recorded none)."""
+        return self.maintenance if self.maintenance is not None else np.zeros(self.num_brokers, dtype=bool)
+
+    def receivers(self, drained: np.ndarray) -> np.ndarray:
+        """(B,) bool: brokers a plan may give replicas and preferred leadership: registered, not drained by it,
+        not in maintenance."""
+        return self.alive & ~drained & ~self.in_maintenance
 
     def rack_bits(self) -> np.ndarray:
         """uint64 (B,): the broker's rack as a one-bit mask (0 when it has no rack or racks are ignored)."""
@@ -238,6 +254,13 @@ def from_snapshot(snap: Snapshot, sizes: dict[tuple[str, int], int] | None = Non
             warnings.append(f"{count(int(unknown_state.sum()), 'partition')} with an unknown state (malformed state znode): "
                             "the plan leaves them as they are")
 
+    entries = from_manifest(snap.manifest.get("maintenance"))
+    if not entries and "maintenance" in b.column_names:   # a manifest without the section: the column's states
+        entries = {int(i): Entry(int(i), st) for i, st in zip(b.column("broker").to_pylist(),
+                                                               b.column("maintenance").to_pylist(), strict=True)
+                   if st is not None}
+    in_maintenance = np.isin(broker_ids, np.array(sorted(entries), dtype=np.int64))
+
     # Rows sorted by (topic, partition) so results never depend on the file's row order.
     order_p = np.lexsort((partition, topic_of))
     return Problem(
@@ -249,4 +272,6 @@ def from_snapshot(snap: Snapshot, sizes: dict[tuple[str, int], int] | None = Non
         capacity_bytes=_int_column(b, "capacity_bytes", order),
         disk_used_bytes=_int_column(b, "disk_used_bytes", order),
         max_disk_usage=float(max_disk_usage), replica_sizes=rep_sizes[order_p],
+        maintenance=in_maintenance,
+        maintenance_entries=entries,
     )

@@ -1,0 +1,104 @@
+"""Where apply and verify meet the brokers' maintenance state (planner/maintenance.py).
+
+apply (drain)   -> its brokers `draining`, in the same fenced transaction as the run record's first save
+apply (return)  -> its brokers `returning`, the same way
+verify (drain)  -> `drained`, only when the drain's intent holds: the brokers host no replica and lead nothing,
+                   whatever appeared since the snapshot
+verify (return) -> out of maintenance, once converged and after the preferred election
+Any apply       -> refused, before anything is written, when its plan would give a replica or preferred
+                   leadership to a broker that is in maintenance now (it entered maintenance after the snapshot),
+                   other than the plan's own returning brokers.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from planner import maintenance as mt
+from planner.errors import SafetyRefusal
+from planner.execution import preflight
+from planner.execution.clusterview import ClusterView
+from planner.execution.planview import RunPlan
+from planner.zkgate import Op, WriteGate
+
+log = logging.getLogger(__name__)
+
+
+def apply_ops(client: KazooClient, plan: RunPlan, *, run: str | None, reason: str | None, command: str
+              ) -> list[Op]:
+    """The maintenance writes an apply of `plan` makes when it starts (raises, writing nothing, when the plan
+    would give a broker in maintenance anything, or when the table forbids the move)."""
+    states = mt.read_all(client)
+    own = set(plan.returning)
+    bad: list[str] = []
+    for m in plan.moves.values():
+        gets = {b for b in m.to if b not in m.frm}
+        if m.to and m.frm and m.to[0] != m.frm[0]:
+            gets.add(m.to[0])
+        hit = sorted(b for b in gets if states.get(b) is not None and b not in own)
+        if hit:
+            bad.append(f"{preflight.name(m.key)} -> {list(m.to)}")
+    if bad:
+        who = "; ".join(e.describe() for b, e in sorted(states.entries.items()) if b not in own)
+        raise SafetyRefusal(f"plan {plan.id} would give replicas or preferred leadership to brokers in maintenance "
+                            f"({who}): {preflight.listing(bad)}. They entered maintenance after the snapshot: take a "
+                            "new snapshot and plan; nothing was written")
+    by = mt.identity(command)
+    if plan.kind == "drain":
+        return mt.set_ops(states, plan.drained, mt.DRAIN_APPLY, mt.DRAINING, plan_id=plan.id, run=run, by=by,
+                          reason=reason or f"drain of brokers {list(plan.drained)}")
+    if plan.kind == "return":
+        return mt.set_ops(states, plan.returning, mt.RETURN_APPLY, mt.RETURNING, plan_id=plan.id, run=run, by=by,
+                          reason=reason or f"return of brokers {list(plan.returning)}")
+    return []
+
+
+def drain_intent(view: ClusterView, plan: RunPlan) -> dict[str, Any]:
+    """Does the drain hold on the whole cluster (not only on the plan's partitions)? The drained brokers host
+    no replica (assigned, being added, or a reassignment's target) and lead nothing."""
+    drained = set(plan.drained)
+    keys = view.all_partition_keys()
+    statuses = view.partitions(keys)
+    remaining = sorted(preflight.name(k) for k, s in statuses.items()
+                       if drained & set((s.replicas or ()) + tuple(s.adding) + tuple(s.target or ()))
+                       or s.leader in drained)
+    return {"kind": "drain", "brokers": sorted(drained), "holds": not remaining, "remaining": remaining}
+
+
+def after_verify(client: KazooClient, gate: WriteGate, plan: RunPlan, converged: bool,
+                 intent: dict[str, Any] | None) -> dict[str, Any]:
+    """The maintenance moves a verify makes (the caller holds the lock: `gate` is fenced). Returns what it did,
+    for the report: {"set": {broker: state or None}, "kept": {broker: why}}."""
+    out: dict[str, Any] = {"set": {}, "kept": {}}
+    if plan.kind == "drain":
+        brokers, actor, to = plan.drained, mt.DRAIN_VERIFY, mt.DRAINED
+        if not converged or not (intent or {}).get("holds"):
+            why = "the plan has not converged" if not converged else \
+                f"the drain does not hold yet: {len((intent or {}).get('remaining') or ())} partitions still on it"
+            out["kept"] = {str(b): why for b in brokers}
+            return out
+    elif plan.kind == "return":
+        brokers, actor, to = plan.returning, mt.RETURN_VERIFY, None
+        if not converged:
+            out["kept"] = {str(b): "the plan has not converged" for b in brokers}
+            return out
+    else:
+        return out
+    states = mt.read_all(client)
+    movable = []
+    for b in brokers:
+        e = states.get(b)
+        try:
+            mt.check(e, actor, to, plan.id)
+            movable.append(b)
+        except mt.MaintenanceConflict:
+            out["kept"][str(b)] = "its state is not this plan's: " + (e.describe() if e else "in service")
+    if movable:
+        gate.commit(mt.set_ops(states, movable, actor, to, plan_id=plan.id, by=mt.identity("verify")))
+        for b in movable:
+            out["set"][str(b)] = to
+            log.info("broker %d is now %s", b, to or "in service")
+    return out
