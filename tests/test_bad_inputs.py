@@ -256,6 +256,8 @@ CASES = [
                                                      "--brokers", "2", "--out", str(c.out), "--sizes",
                                                      str(_sizes(c, {"payments-0": {"3": 46}}))],
          2, 'must be a non-negative integer, got {"3": 46}'),
+    Case("sandbox-workload-zero-rate", lambda c: ["sandbox", "workload", "--dir", str(c.tmp / "sb"), "--rate", "0"],
+         2, "rate must be a positive number of messages per second, got 0"),
     Case("snapshot-nobody-listening", lambda c: ["snapshot", "--zk", f"127.0.0.1:{_free_port()}", "--out",
                                                  str(c.out), "--timeout", "2"],
          2, "could not connect to ZooKeeper at 127.0.0.1:"),
@@ -465,3 +467,21 @@ def test_sandbox_down_twice_and_up_after_its_daemon_died(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["sandbox", "down", "--dir", str(d)]) == 0
     assert "nothing to stop" in capsys.readouterr().out
+
+
+@pytest.mark.sandbox
+def test_sandbox_workload_on_the_emulated_engine_is_refused(tmp_path, capsys):
+    """The emulated engine has no data path: no broker answers a produce or a fetch."""
+    d = tmp_path / "sb"
+    assert cli.main(["sandbox", "up", "--dir", str(d), "--brokers", "3", "--partitions", "6",
+                     "--no-auto-rebalance"]) == 0
+    try:
+        before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "zookeeper" not in p.parts)
+        capsys.readouterr()
+        assert cli.main(["sandbox", "workload", "--dir", str(d), "--duration", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "runs the emulated engine, which has no data path" in err and "--engine kafka" in err, err
+        assert len([x for x in err.splitlines() if "error:" in x]) == 1 and "Traceback" not in err
+        assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "zookeeper" not in p.parts) == before
+    finally:
+        assert cli.main(["sandbox", "down", "--dir", str(d)]) == 0

@@ -7,12 +7,14 @@ broker JVMs (`--engine kafka`), to rehearse drains.
     kplan sandbox status --dir D [--json]
     kplan sandbox wait --dir D [--timeout S]
     kplan sandbox down --dir D
+    kplan sandbox workload --dir D [--topics T1,T2] [--rate 100] [--size 200] [--duration S] [--report FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_dir(wait)
     wait.add_argument("--timeout", type=float, default=300)
     wait.set_defaults(func=_wait)
+
+    wl = actions.add_parser("workload", help="kafka engine: produce (acks=all, idempotent) and consume with "
+                                             "sequence checks while watching every partition; report at the end",
+                            description="Runs until --duration or Ctrl-C / SIGTERM, printing a live line; then "
+                                        "audits every partition and writes the report (JSON). Exit 0 when nothing "
+                                        "was lost, duplicated or out of order and no partition was offline or "
+                                        "under min ISR and no send failed; 1 otherwise. docs/WORKLOAD.md")
+    _add_dir(wl)
+    wl.add_argument("--topics", help="comma-separated topics (default: every topic not starting with __)")
+    wl.add_argument("--rate", type=float, default=100.0, help="messages per second in all (100)")
+    wl.add_argument("--size", type=int, default=200, help="bytes per message (200)")
+    wl.add_argument("--duration", type=float, help="seconds to run (default: until Ctrl-C / SIGTERM)")
+    wl.add_argument("--delivery-timeout", type=float, default=30.0,
+                    help="seconds a message may wait for its acknowledgement before it counts as failed (30)")
+    wl.add_argument("--every", type=float, default=5.0, help="seconds between live lines (5)")
+    wl.add_argument("--report", help="report file (default D/workload-<UTC time>.json); never replaced")
+    wl.set_defaults(func=_workload)
 
 
 def _broker_ids(values: list[str]) -> list[int]:
@@ -231,3 +250,78 @@ def _wait(args: argparse.Namespace) -> int:
     st = Sandbox(args.dir).wait_settled(args.timeout)
     print(f"settled: {st.get('offline_count')} offline, {st.get('under_replicated_count')} under-replicated")
     return 0
+
+
+def _workload(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+    import time
+
+    from planner.sandbox.workload import Workload
+
+    if args.duration is not None and not args.duration > 0:
+        raise BadInput(f"--duration must be a positive number of seconds, got {args.duration:g}")
+    if not args.every > 0:
+        raise BadInput(f"--every must be a positive number of seconds, got {args.every:g}")
+    topics = [t.strip() for t in args.topics.split(",") if t.strip()] if args.topics is not None else None
+    if not args.verbose:
+        # the client logs every lost connection and expired batch; the live line and the report count them
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    w = Workload(args.dir, topics=topics, rate=args.rate, size=args.size, delivery_timeout=args.delivery_timeout)
+    report = Path(args.report) if args.report else \
+        w.sandbox.dir / f"workload-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    if report.exists():
+        raise BadInput(f"{report} exists; the workload never replaces a report (give another --report)")
+    if not report.parent.is_dir():
+        raise BadInput(f"{report.parent} is not a directory")
+    done = threading.Event()
+    previous = None
+
+    def on_term(signum: int, frame: object) -> None:
+        done.set()
+
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        w.start()
+        print(f"workload on {w.sandbox.dir}: {len(w.partitions)} partitions of {', '.join(w.topics)} at "
+              f"{args.rate:g} msg/s ({args.size} B, acks=all, idempotent); Ctrl-C ends it", flush=True)
+        deadline = time.monotonic() + args.duration if args.duration else None
+        try:
+            while not done.is_set():
+                wait = args.every if deadline is None else min(args.every, deadline - time.monotonic())
+                if wait <= 0 or done.wait(wait):
+                    break
+                print(_live_line(w.summary()), flush=True)
+        except KeyboardInterrupt:
+            print("stopping: waiting for the last acknowledgements, then auditing (Ctrl-C again aborts)",
+                  flush=True)
+        result = w.stop()
+    except BaseException:
+        w.abort()   # a second Ctrl-C while stopping, or a failure: no report, nothing left running
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    w.save(report)
+    p, a = result["producer"], result["audit"]
+    print(f"sent {p['sent']}, acknowledged {p['acked']}, failed {p['failed']}; audit read {a['read']}: lost "
+          f"{a['lost']}, duplicated {a['duplicated']}, out of order {a['out_of_order']}; latency p50 "
+          f"{result['latency_ms']['p50']} ms, p99 {result['latency_ms']['p99']} ms; offline intervals "
+          f"{result['offline_intervals']}, under-min-ISR intervals {result['under_min_isr_intervals']}")
+    for line in result["verdict"]["problems"]:
+        print(f"  problem: {line}")
+    ok = result["verdict"]["integrity"] and result["verdict"]["availability"]
+    print(f"{'ok' if ok else 'NOT OK'}: report {report}")
+    return 0 if ok else 1
+
+
+def _live_line(s: dict[str, Any]) -> str:
+    errors = sum(s["errors"].values())
+    retried = sum(s["retried"].values())
+    lat = f"p50 {s['p50_ms']} ms p99 {s['p99_ms']} ms" if s["p50_ms"] is not None else "no acks last second"
+    off, under = s.get("offline_now", []), s.get("under_min_isr_now", [])
+    return (f"{s['elapsed_s']:>7.1f}s  sent {s['sent']}  acked {s['acked']}  failed {errors}  retried {retried}  "
+            f"consumed {s['consumed']}  dup {s['duplicated']}  ooo {s['out_of_order']}  {lat}  "
+            f"offline {len(off)}{' ' + ','.join(off[:5]) if off else ''}  under-min-ISR {len(under)}"
+            f"{' ' + ','.join(under[:5]) if under else ''}")
