@@ -81,10 +81,11 @@ def test_unprotected_kill_of_the_rf1_leader_is_a_loss_of_availability(cluster):
     assert restart_at < off[0]["end"] < time.time()
     assert off[0]["end_exact"] and not off[0]["open_at_stop"]
     # The sends to bare-rf1-0 that waited out the delivery timeout failed, and were counted as failures
-    # (others may have too: acks=all waits for broker 1 as a follower until its session expires).
+    # (others may have too: acks=all waits for broker 1 as a follower until its session expires, and the
+    # producer's epoch bump after an expired batch fails what it had in flight).
     assert report["producer"]["errors"].get("KafkaTimeoutError", 0) > 0
     failed = {(x["topic"], x["partition"]): x["failed"] for x in report["per_partition"]}
-    assert failed[("bare-rf1", 0)] > 0 and failed[("bare-rf1", 1)] == 0
+    assert failed[("bare-rf1", 0)] > 0
     assert report["verdict"]["availability"] is False
     assert any("offline intervals" in p for p in report["verdict"]["problems"])
     # Nothing acknowledged was lost (broker 1 came back with its log), and the count agrees with Kafka's log.
