@@ -5,11 +5,13 @@
     plan_drain(DrainRequest)       -> PlanOutcome        snapshot -> plan folder (OR-Tools)
     plan_rebalance(RebalanceRequest) -> PlanOutcome
     plan_return(ReturnRequest)     -> PlanOutcome        drained brokers back: replicas moved only onto them
+    plan_restart(RestartRequest)   -> PlanOutcome        snapshot -> restart plan (temporary replicas, the roll)
     apply(ApplyRequest)            -> ApplyOutcome       plan folder -> the cluster, batch by batch (ZooKeeper)
     verify(VerifyRequest)          -> VerifyOutcome      converged? elect, remove throttles, report.json
     cancel(CancelRequest)          -> CancelOutcome      stop (or revert) a running apply
     brokers(BrokersRequest)        -> BrokerRow, ...     brokers and their maintenance state (read-only)
     clear_maintenance(ClearRequest) -> ClearOutcome      the explicit act that ends a broker's maintenance
+    roll(RollRequest)              -> RollOutcome        a restart plan carried out, broker by broker
     read_snapshot(path), read_plan(path), RunFolder
 
 The `kplan` CLI, the Airflow tasks and the review UI all call these, so the same request gives the same
@@ -44,9 +46,10 @@ __all__ = [
     "BadInput", "KraftMigration", "NotConverged", "PlannerError", "RiskSubmit", "SafetyRefusal", "ZkUnavailable",
     "risk_submit",
     "ApplyOutcome", "ApplyRequest", "CancelOutcome", "CancelRequest", "DrainRequest", "PlanOutcome", "Progress",
-    "RebalanceRequest", "ReturnRequest", "RiskOutcome", "BrokerRow", "BrokersRequest", "ClearOutcome",
+    "RebalanceRequest", "RestartRequest", "ReturnRequest", "RollOutcome", "RollRequest", "roll", "RiskOutcome", "BrokerRow", "BrokersRequest", "ClearOutcome",
     "ClearRequest", "brokers", "clear_maintenance", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
-    "VerifyOutcome", "VerifyRequest", "apply", "cancel", "plan_drain", "plan_rebalance", "plan_return", "read_plan",
+    "VerifyOutcome", "VerifyRequest", "apply", "cancel", "plan_drain", "plan_rebalance", "plan_restart", "plan_return",
+    "read_plan",
     "read_snapshot", "risk", "snapshot", "verify", "verify_report_text", "human_size",
 ]
 
@@ -268,6 +271,22 @@ class ReturnRequest:
 
 
 @dataclass(frozen=True)
+class RestartRequest:
+    snapshot: Path
+    out: Path
+    brokers: tuple[int, ...]                  # brokers to restart, one at a time
+    order: str = "auto"                       # auto (ascending id, the controller's broker last) | given
+    exclude_topics: str | None = None         # full-match regex of topics the plan must not touch
+    rack_aware: bool | None = None            # None: on when brokers have racks
+    sizes: Path | None = None
+    kafka_version: str = "3.7"                # whose min-ISR rule applies (as in RiskRequest)
+    max_concurrent_per_broker: int = 5        # the protecting reassignment's batches
+    batch_order: str = "smallest-first"
+    batch_seconds: int = 3600
+    force: bool = False
+
+
+@dataclass(frozen=True)
 class PlanOutcome:
     path: Path
     plan_id: str
@@ -296,6 +315,15 @@ def plan_return(req: ReturnRequest, *, progress: ProgressFn | None = None) -> Pl
     from planner.plan_step import run_plan
 
     return run_plan("return", req, _reporter("plan", progress))
+
+
+def plan_restart(req: RestartRequest, *, progress: ProgressFn | None = None) -> PlanOutcome:
+    """The smallest temporary change that keeps every partition online, at or above min ISR and cleanly
+    electable while each of `req.brokers` is down in turn, the roll's order and each step's demotion; writes
+    the plan folder (docs/PLAN.md "Restart plans")."""
+    from planner.restart_step import run_restart
+
+    return run_restart(req, _reporter("plan", progress))
 
 
 # ------------------------------------------------------------------------------- apply / verify / cancel
@@ -531,3 +559,62 @@ def cancel(req: CancelRequest, *, progress: ProgressFn | None = None) -> CancelO
                      poll=req.poll, auth=req.auth, connect_timeout=req.timeout, out=req.out,
                      progress=_exec_progress("cancel", progress))
     return CancelOutcome(r.plan_id, r.state, tuple(r.reverted), tuple(r.warnings), r.message)
+
+
+# ---------------------------------------------------------------------------------------------- roll
+@dataclass(frozen=True)
+class RollRequest:
+    zk: str
+    plan: Path                                # a restart plan folder (kplan plan restart)
+    out: Path | None = None                   # roll/ folder: progress.json, outcome.json (default <run>/roll)
+    auth: tuple[str, str] | None = field(default=None, repr=False)
+    timeout: float = 10.0                     # ZooKeeper connection timeout
+    throttle: int | None = None               # bytes/s for the protecting batches (None: the plan's suggestion)
+    restart_command: str | None = None        # e.g. "ssh kafka-{broker} sudo systemctl restart kafka"; None:
+                                              # someone else restarts each broker when the roll says so
+    command_timeout: float = 600.0            # how long the restart command may run
+    restart_timeout: float = 900.0            # how long a broker may take to leave and register again
+    gate_timeout: float = 900.0               # how long its partitions may take to rejoin the ISRs
+    pause: bool = False                       # stop after each broker (state paused); run again to continue
+    keep_temporary: bool = False              # after the last broker, keep the temporary replicas
+    poll: float = 1.0
+    lock_wait: float = 0.0
+
+
+@dataclass(frozen=True)
+class RollOutcome:
+    path: Path
+    plan_id: str
+    state: str                                # completed | already-completed | paused
+    steps_done: int
+    steps_total: int
+    message: str = ""
+    warnings: tuple[str, ...] = ()
+    cannot_move: tuple[str, ...] = ()         # partitions whose leadership could not move off their broker
+    kept_temporary: bool = False
+    resumed: bool = False
+    seconds: float = 0.0
+
+
+def roll(req: RollRequest, *, progress: ProgressFn | None = None,
+         restart: Callable[[int], None] | None = None) -> RollOutcome:
+    """Carry out a restart plan (docs/APPLY.md "Restart rolls"): temporary replicas, then per broker its
+    demotion, its restart (`restart_command`, `restart` (a callable, for embedders), or someone else), the
+    gates and its leadership restored, then the undo. Locked like apply and resumable; stops at the first
+    failed gate (NotConverged / SafetyRefusal, exit 1) saying what to do next."""
+    from planner.execution.roll import RollOptions, roll_folder, roll_step
+
+    if restart is not None and req.restart_command is not None:
+        raise BadInput("give a restart command or a restart callable, not both")
+    opts = RollOptions(throttle=req.throttle, poll=req.poll, restart_timeout=req.restart_timeout,
+                       gate_timeout=req.gate_timeout, lock_wait=req.lock_wait, keep_temporary=req.keep_temporary,
+                       pause=req.pause, restart=restart)
+
+    def relay(p: Any) -> None:
+        if progress is not None:
+            progress(Progress("roll", p.message, p.done, p.total, p.as_dict()))
+
+    r = roll_step(req.zk, req.plan, opts, restart_command=req.restart_command, command_timeout=req.command_timeout,
+                  auth=req.auth, connect_timeout=req.timeout, out=req.out, progress=relay)
+    return RollOutcome(roll_folder(req.plan, req.out), r.plan_id, r.state, r.steps_done, r.steps_total, r.message,
+                       tuple(r.warnings), tuple(r.cannot_move), r.kept_temporary, r.resumed, r.seconds)

@@ -19,7 +19,7 @@ import threading
 from planner import __version__
 from planner.errors import PlannerError
 
-COMMANDS = ["sandbox", "snapshot", "risk", "plan", "apply", "verify", "cancel", "brokers", "maintenance"]
+COMMANDS = ["sandbox", "snapshot", "risk", "plan", "apply", "verify", "cancel", "brokers", "maintenance", "roll"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,7 +29,8 @@ from planner.errors import BadInput, CodecError
 
 FORMAT = "kplan-plan/1"
 FILES = ("plan.json", "reassignment.json", "rollback.json")
-KINDS = ("drain", "rebalance", "return")   # "return": a drained broker brought back (planner/optimizer/returns.py)
+KINDS = ("drain", "rebalance", "return", "restart")   # "return": a drained broker brought back
+# (planner/optimizer/returns.py); "restart": a rolling restart (planner/optimizer/restart.py)
 BATCH_FILE_RE = re.compile(r"^batch-(\d+)\.json$")
 MOVE_KINDS = ("data", "leader")
 BATCH_KINDS = ("leadership", "data")

@@ -19,6 +19,10 @@ Conventions the text of KAFKA_ZK.md leaves open, fixed here (and followed by the
   the ISR as it was left), then the returning brokers that were in the ISR when their step began rejoin
   it (appended in that ISR's order) where the partition has a leader. Leaders stay where the previous
   step left them (no preferred election between steps); out-of-sync replicas stay out of sync.
+- Restart steps (a restart plan's roll, kind "restart"): each step starts from the plan's state, because the
+  roll's gates bring the cluster back to it before the next broker goes (the broker rejoined every ISR it was
+  in, its leadership restored). Before the broker stops, `demote` moves its leadership off it, as the roll
+  does (reordered replica lists, then a preferred election); then the step's rule applies.
 """
 
 from __future__ import annotations
@@ -357,6 +361,34 @@ def controlled_shutdown(b: Batch, stopping: np.ndarray, live: np.ndarray,
     return out
 
 
+def demote(b: Batch, broker: int, live: np.ndarray) -> tuple[Batch, np.ndarray, np.ndarray]:
+    """Leadership moves off `broker` before it stops in a restart roll (Cruise Control's demote_broker, but
+    naming what cannot move): every partition it leads or is the preferred leader of gets its replica list
+    reordered so that the first other replica that is registered (`live`) and in the ISR, in assignment
+    order, comes first and `broker` last (the others keep their order); then a preferred election, which
+    elects `replicas[0]` only where it is live and in the ISR (KAFKA_ZK.md §2), moves the leadership of the
+    partitions `broker` leads onto it. A partition it leads with no such replica keeps it as leader: its
+    leadership cannot move (returned as `stuck`).
+
+    Returns (the batch as it is when the broker stops, `demoted_from`: the leader before the election where
+    it moved, else -1, `stuck`)."""
+    reps, isr, leader = b.replicas, b.isr, b.leader
+    n, width = reps.shape
+    first = reps[:, 0] if width else np.full(n, -1, np.int32)
+    led = b.has_state & (leader == broker)
+    cand = _first(reps, _in(reps, live) & _member(reps, isr) & (reps != broker))
+    has = cand >= 0
+    reorder = (led | (first == broker)) & has & (first != cand)
+    col = np.broadcast_to(np.arange(width), reps.shape)
+    key = np.where(reps == cand[:, None], -1, np.where(reps == broker, width, np.where(reps < 0, width + 1, col)))
+    ordered = np.take_along_axis(reps, np.argsort(key, axis=1, kind="stable"), axis=1)
+    new_reps = np.where(reorder[:, None], ordered, reps).astype(np.int32)
+    moved = led & has
+    new_leader = np.where(moved, cand, leader).astype(np.int32)
+    demoted_from = np.where(moved, leader, -1).astype(np.int32)
+    return replace(b, replicas=new_reps, leader=new_leader), demoted_from, led & ~has
+
+
 def return_brokers(b: Batch, after: Outcome, isr_start: np.ndarray, back: np.ndarray,
                    live: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A rolling step's brokers come back (`live` now includes them): the controller elects offline and
@@ -483,13 +515,14 @@ def _facts(st: ClusterState, rows: np.ndarray, leader_before: np.ndarray, out: O
 
 
 def _row_table(st: ClusterState, sid: int, rows: np.ndarray, isr_before: np.ndarray,
-               out: Outcome, env: dict[str, np.ndarray], returned: np.ndarray | None) -> pa.Table:
+               out: Outcome, env: dict[str, np.ndarray], returned: np.ndarray | None,
+               replicas: np.ndarray | None = None, demoted_from: np.ndarray | None = None) -> pa.Table:
     names = np.asarray(st.topic_names, dtype=object)
     cols: dict[str, pa.Array] = {
         "scenario_id": pa.array(np.full(len(rows), sid, dtype=np.int32)),
         "topic": pa.array(names[st.topic_idx[rows]] if len(rows) else [], pa.string()),
         "partition": pa.array(st.partition[rows], pa.int32()),
-        "replicas": matrix_to_list(st.replicas[rows]),
+        "replicas": matrix_to_list(st.replicas[rows] if replicas is None else replicas),
         "rf": pa.array(env["rf"], pa.int32()),
         "eff_min_isr": pa.array(env["eff_min_isr"], pa.int32()),
         "leader": pa.array(env["leader"], pa.int32()),
@@ -506,6 +539,8 @@ def _row_table(st: ClusterState, sid: int, rows: np.ndarray, isr_before: np.ndar
     cols["shutdown_blocked_by"] = pa.array(env["shutdown_blocked_by"], pa.int32())
     cols["clean_return"] = (matrix_to_list(out.clean_return) if out.clean_return is not None
                             else pa.array([[]] * len(rows), pa.list_(pa.int32())))
+    cols["demoted_from"] = (pa.array(demoted_from, pa.int32(), mask=demoted_from < 0) if demoted_from is not None
+                            else pa.nulls(len(rows), pa.int32()))
     return pa.table(cols)
 
 
@@ -536,14 +571,18 @@ def replay(state: ClusterState, scenarios: Sequence[rm.Scenario], kafka_version:
             leader_all, isr_all, hs_all = st.leader, st.isr, st.has_state  # read only
         rows = indexes[s.state].rows_on(s.brokers)
         b = _batch(st, rows, leader_all, isr_all, hs_all)
+        base_leader, demoted_from = b.leader, None
+        if s.kind == "restart":   # the roll demotes the step's broker before it stops
+            b, demoted_from, _ = demote(b, s.brokers[0], alive)
         out = apply_rule(b, s.mode, gone, live, s.brokers, alive)
         env = _facts(st, rows, b.leader, out, eff_min, s.mode, gone)
         if s.kind == "rolling":
             leader_r, isr_r, hs_r = return_brokers(b, out, b.isr, gone, alive)
-        row_tables.append(_row_table(st, s.id, rows, b.isr, out, env, leader_r if s.kind == "rolling" else None))
+        row_tables.append(_row_table(st, s.id, rows, b.isr, out, env, leader_r if s.kind == "rolling" else None,
+                                     b.replicas if demoted_from is not None else None, demoted_from))
 
         counts = np.bincount(leader_all[leader_all >= 0], minlength=size).astype(np.int64)[:size]
-        np.subtract.at(counts, b.leader[b.leader >= 0], 1)
+        np.subtract.at(counts, base_leader[base_leader >= 0], 1)
         np.add.at(counts, out.leader[out.leader >= 0], 1)
         survivors = np.zeros(size, dtype=bool)
         survivors[st.broker_ids[st.alive]] = True

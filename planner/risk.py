@@ -10,7 +10,10 @@ Which scenarios: with no drains / drain_racks, the full sweep (every live broker
 each requested mode). With a drain, that drain and its rolling sequence (one broker at a time, in the
 order given), plus the sweep parts asked for with all_brokers / all_racks. With a plan, the same
 scenarios are scored on the plan's target assignment too ("after plan"), so the review shows before/after;
-without drains, the drain scored is the set of brokers the plan empties.
+without drains, the drain scored is the set of brokers the plan empties. With a restart plan, the roll
+itself, step by step in the plan's order (each broker down while the others are up, in each mode): before
+the plan a plain rolling restart, after it the roll the plan makes (`restart` steps on the plan's state,
+each broker demoted before it stops).
 """
 
 from __future__ import annotations
@@ -136,6 +139,32 @@ def build_scenarios(info: sio.Snapshot, drains: Sequence[tuple[int, ...]] = (),
     return out
 
 
+def restart_scenarios(info: sio.Snapshot, order: Sequence[int], modes: Sequence[str] = rm.MODES,
+                      all_brokers: bool = False, all_racks: bool = False) -> list[rm.Scenario]:
+    """A restart roll in `order`, step by step: before the plan ("current") a plain rolling restart (each
+    step from the state the previous one left), after it ("plan") the roll the plan makes (each step from
+    the plan's state, its broker demoted first); then the sweep parts asked for, on both states."""
+    order = tuple(int(b) for b in order)
+    if not order:
+        raise BadInput("a restart roll names no broker")
+    known = set(info.broker_ids)
+    unknown = [b for b in order if b not in known]
+    if unknown:
+        raise BadInput(f"unknown broker id(s) {unknown}: the snapshot has brokers {_ranges(sorted(known))}")
+    out: list[rm.Scenario] = []
+    for seq, (state, kind) in enumerate((("current", "rolling"), ("plan", "restart"))):
+        for mode in modes:
+            if mode not in rm.MODES:
+                raise BadInput(f"mode {mode!r} is not one of {', '.join(rm.MODES)}")
+            for k, b in enumerate(order, start=1):
+                out.append(rm.Scenario(len(out), kind, mode, (b,), state, sequence=seq * len(modes)
+                                       + modes.index(mode), step=k, steps=len(order), drain=order))
+    if all_brokers or all_racks:
+        for x in build_scenarios(info, (), (), all_brokers, all_racks, modes, ("current", "plan")):
+            out.append(rm.Scenario(len(out), x.kind, x.mode, x.brokers, x.state, x.rack))
+    return out
+
+
 def _ranges(ids: list[int]) -> str:
     if len(ids) <= 12:
         return ",".join(map(str, ids))
@@ -163,9 +192,11 @@ def unknown_state(info: sio.Snapshot) -> list[dict[str, Any]]:
     return t.to_pylist()
 
 
-def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None = None) -> Prepared:
+def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None = None,
+            restart_order: Sequence[int] | None = None) -> Prepared:
     """Every check that can fail on the user's input, before any Spark work. `plan_entries`: a target
-    assignment given directly instead of `req.plan` (tests; callers that hold a Plan already)."""
+    assignment given directly instead of `req.plan` (tests; callers that hold a Plan already), with
+    `restart_order` when it is a restart plan's temporary state."""
     rm.parse_kafka_version(req.kafka_version)
     info = open_snapshot(req.snapshot)
     entries = list(plan_entries) if plan_entries is not None else None
@@ -177,6 +208,17 @@ def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None
                            f"not from {info.path or 'the given snapshot'} ({info.fingerprint}): score a plan on "
                            "the snapshot it was made from")
         entries = list(plan.reassignment)
+        if plan.kind == "restart":
+            restart_order = tuple(plan.section("roll").get("order") or ())
+    if restart_order is not None:
+        if entries is None:
+            raise BadInput("a restart roll is scored with its plan")
+        check_plan(info, entries)
+        scenarios = restart_scenarios(info, restart_order, req.modes, req.all_brokers, req.all_racks)
+        if not req.session_timeout_s > 0:
+            raise BadInput(f"session_timeout_s must be positive, got {req.session_timeout_s}")
+        return Prepared(info, scenarios, entries, req.kafka_version, unknown_state(info),
+                        float(req.session_timeout_s))
     if entries is not None:
         check_plan(info, entries)
         if not drains and not req.drain_racks:
@@ -388,8 +430,8 @@ def _level(level: str, colour: bool) -> str:
 def format_report(summary: dict[str, Any], colour: bool = False, limit: int = 20, worst_k: int = 5) -> str:
     """The readable table: requested scenarios first, then the worst of the sweep; then worst partitions."""
     rows = summary["scenarios"]
-    requested = [r for r in rows if r["kind"] in ("drain", "rolling")]
-    ranked = sorted((r for r in rows if r["kind"] not in ("drain", "rolling")),
+    requested = [r for r in rows if r["kind"] in rm.REQUESTED_KINDS]
+    ranked = sorted((r for r in rows if r["kind"] not in rm.REQUESTED_KINDS),
                     key=lambda r: (-r["level_rank"], -r["score"], r["scenario_id"]))
     shown = requested + ranked[:limit]
     lv = summary["levels"]

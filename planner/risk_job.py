@@ -470,17 +470,18 @@ def scenario_frames(spark: Any, scenarios: list[rm.Scenario], dead: list[int]) -
     """(one-shot broker-set x broker rows, rolling sequence x broker rows) as small DataFrames.
 
     One-shot scenarios with the same brokers and state (the modes of one drain) form one group: a
-    partition is joined and its election candidates computed once per group, then split per mode."""
-    groups: dict[tuple[str, tuple[int, ...]], list[rm.Scenario]] = {}
+    partition is joined and its election candidates computed once per group, then split per mode. A
+    restart step is one-shot too, with its broker demoted first (`demote`)."""
+    groups: dict[tuple[str, tuple[int, ...], bool], list[rm.Scenario]] = {}
     for s in scenarios:
         if s.kind != "rolling":  # s keeps the scenario's order: controlled shutdowns are requested in it
-            groups.setdefault((s.state, tuple(dict.fromkeys(s.brokers))), []).append(s)
-    one = [(state, list(bs), sorted(set(bs) | set(dead)), sorted(dead), [{"sid": x.id, "mode": x.mode} for x in members], b)
-           for (state, bs), members in groups.items() for b in bs]
+            groups.setdefault((s.state, tuple(dict.fromkeys(s.brokers)), s.kind == "restart"), []).append(s)
+    one = [(state, list(bs), sorted(set(bs) | set(dead)), sorted(dead), [{"sid": x.id, "mode": x.mode} for x in members], b,
+            demote) for (state, bs, demote), members in groups.items() for b in bs]
     one_df = _frame(spark, dict(zip(
-        ["state", "s", "down", "dead", "modes", "broker"],
+        ["state", "s", "down", "dead", "modes", "broker", "demote"],
         [(t, [r[i] for r in one]) for i, t in enumerate([pa.string(), _INTS, _INTS, _INTS, pa.list_(_MODE),
-                                                          pa.int32()])],
+                                                          pa.int32(), pa.bool_()])],
         strict=True)))
     seqs: dict[int, list[rm.Scenario]] = {}
     for s in scenarios:
@@ -514,13 +515,33 @@ def _affected(parts: Any, table: Any) -> Any:
 _STEP_OUT = ["leader_changes", "shutdown_blocked_by", "clean_return", "order_dependent"]
 _ROW = ["scenario_id", "topic", "partition", "replicas", "rf", "min_isr", "unclean", "leader", "isr",
         "new_leader", "new_isr", "unclean_taken", "live_replica_exists", "returned_leader", "controlled",
-        "leader_gone", *_STEP_OUT]
+        "leader_gone", *_STEP_OUT, "demoted_from"]
+
+
+def demote(j: Any) -> Any:
+    """planner.replay.demote as column expressions, on the rows of a restart step (`demote`, broker s[0]):
+    a partition the broker leads or is the preferred leader of gets its list reordered (the first other
+    registered in-sync replica first, the broker last); the partitions it leads move to that replica. Other
+    rows pass unchanged; `demoted_from` is the leader before, where it moved (else null)."""
+    from pyspark.sql import functions as F
+
+    b = F.get(F.col("s"), 0)
+    first = F.get(F.col("replicas"), 0)
+    cand = F.get(F.filter("replicas", lambda x: F.array_contains(F.col("isr"), x) & (x != b)
+                          & ~F.array_contains(F.col("dead"), x)), 0)
+    led = F.col("demote") & F.col("has_state") & (F.col("leader") == b)
+    moved = led & cand.isNotNull()
+    reorder = F.col("demote") & (led | (first == b)) & cand.isNotNull() & (first != cand)
+    ordered = F.concat(F.array(cand), F.filter("replicas", lambda x: (x != cand) & (x != b)), F.array(b))
+    return j.withColumns({"replicas": F.when(reorder, ordered).otherwise(F.col("replicas")),
+                          "leader": F.when(moved, cand).otherwise(F.col("leader")),
+                          "demoted_from": F.when(moved, F.col("leader")).cast("int")})
 
 
 def one_shot_rows(parts: Any, one_df: Any) -> Any:
     from pyspark.sql import functions as F
 
-    j = _affected(parts, one_df)
+    j = demote(_affected(parts, one_df))
     # one row per mode: a controlled shutdown changes the state the election stages start from
     j = j.select("*", F.explode("modes").alias("_m")).withColumns(
         {"scenario_id": F.col("_m.sid"), "controlled": F.col("_m.mode") == "controlled",
@@ -596,7 +617,7 @@ def rolling_rows(parts: Any, roll_df: Any, dead: list[int]) -> Any:
     return folded.select(F.col("o.sid").alias("scenario_id"), "topic", "partition", "replicas", "rf", "min_isr",
                          "unclean", "o.leader", "o.isr", "o.new_leader", "o.new_isr", "o.unclean_taken",
                          "o.live_replica_exists", "o.returned_leader", "controlled", "o.leader_gone",
-                         *[f"o.{k}" for k in _STEP_OUT]).select(*_ROW)
+                         *[f"o.{k}" for k in _STEP_OUT], F.lit(None).cast("int").alias("demoted_from")).select(*_ROW)
 
 
 def with_outcomes(rows: Any, kafka_version: str) -> Any:
@@ -631,7 +652,8 @@ def aggregates(spark: Any, prepared: risk_lib.Prepared, rows: Any, parts: Any) -
     """One aggregation (one shuffle) of small results, keyed (sid, b):
       sid >= 0, b = -2   a scenario's evaluated count and outcome counts
       sid >= 0, b >= 0   a scenario's leader-count change on broker b (new leader +1, old leader -1; for
-                         rolling steps also the changes earlier steps left once their brokers returned)
+                         rolling steps also the changes earlier steps left once their brokers returned,
+                         for restart steps also the demotion's)
       sid = -1 - state   b = leader: the state's leader counts before any scenario, plus its baseline
                          health (offline, under-min-ISR, ... with the same outcome definitions).
     """
@@ -640,10 +662,10 @@ def aggregates(spark: Any, prepared: risk_lib.Prepared, rows: Any, parts: Any) -
     flags = rm.COUNTED + SEVERITY_COUNTS
     zeros = [F.lit(0).cast("long").alias(k) for k in flags]
 
-    def moves(frame: Any, sid: str, new: str) -> Any:
+    def moves(frame: Any, sid: str, new: str, old: str = "leader") -> Any:
         pair = F.array(F.struct(F.col(new).alias("b"), F.lit(1).alias("d")),
-                       F.struct(F.col("leader").alias("b"), F.lit(-1).alias("d")))
-        return (frame.where(F.col(new) != F.col("leader"))
+                       F.struct(F.col(old).alias("b"), F.lit(-1).alias("d")))
+        return (frame.where(F.col(new) != F.col(old))
                 .select(F.col(sid).alias("sid"), F.explode(pair).alias("x")).where("x.b >= 0")
                 .select("sid", F.col("x.b").cast("int").alias("b"), F.col("x.d").cast("long").alias("d"), *zeros))
 
@@ -671,7 +693,10 @@ def aggregates(spark: Any, prepared: risk_lib.Prepared, rows: Any, parts: Any) -
     blocked = (rows.where(F.col("shutdown_blocked_by") >= 0)
                .select(F.col("scenario_id").alias("sid"), (F.lit(-3) - F.col("shutdown_blocked_by")).cast("int").alias("b"),
                        F.lit(0).cast("long").alias("d"), *zeros))
+    # restart steps: the demotion moved leadership before the broker stopped (demoted_from -> leader)
+    demoted = rows.where(F.col("demoted_from").isNotNull())
     union = (counts.unionByName(moves(rows, "scenario_id", "new_leader"))
+             .unionByName(moves(demoted, "scenario_id", "leader", "demoted_from"))
              .unionByName(moves(carried, "sid_k", "returned_leader")).unionByName(base).unionByName(blocked))
     return union.groupBy("sid", "b").agg(F.sum("d").alias("d"), *[F.sum(k).alias(k) for k in flags]).toArrow()
 
@@ -748,8 +773,8 @@ def listed_scenarios(table: pa.Table) -> list[int]:
     """Scenarios whose worst partitions the summary lists: the requested ones (drain, rolling steps, both
     states) and the WORST_SCENARIOS worst of the sweep (partitions.parquet holds every row)."""
     rows = table.select(["scenario_id", "kind", "level_rank", "score"]).to_pylist()
-    requested = [r["scenario_id"] for r in rows if r["kind"] in ("drain", "rolling")]
-    sweep = sorted((r for r in rows if r["kind"] not in ("drain", "rolling")),
+    requested = [r["scenario_id"] for r in rows if r["kind"] in rm.REQUESTED_KINDS]
+    sweep = sorted((r for r in rows if r["kind"] not in rm.REQUESTED_KINDS),
                    key=lambda r: (-r["level_rank"], -r["score"], r["scenario_id"]))
     return requested + [r["scenario_id"] for r in sweep[:WORST_SCENARIOS]]
 

@@ -281,7 +281,9 @@ COUNTED = list(OUTCOMES)  # every outcome flag is summed per scenario
 
 # ------------------------------------------------------------------------------------- scenarios
 MODES = ("controlled", "failure")
-KINDS = ("drain", "rolling", "rack", "broker")
+KINDS = ("drain", "rolling", "restart", "rack", "broker")
+# the kinds a request names (listed first in reports, with their worst partitions); the others are the sweep
+REQUESTED_KINDS = ("drain", "rolling", "restart")
 STATES = ("current", "plan")
 
 
@@ -290,8 +292,11 @@ class Scenario:
     """One evaluated situation: `brokers` go away at once (mode controlled = graceful stop, failure = kill).
 
     A rolling sequence is several scenarios sharing `sequence`: step k takes `brokers` away from the state
-    left by steps 1..k-1 once their brokers came back (see planner.replay.return_brokers). `state` says
-    which assignment is evaluated: the snapshot's ("current") or the plan's target ("plan").
+    left by steps 1..k-1 once their brokers came back (see planner.replay.return_brokers). A restart
+    sequence (kind "restart", a restart plan's roll) is several steps too, but each starts from the plan's
+    state with the step's broker demoted first (planner.replay.demote): the roll's gates restore that state
+    between brokers. `state` says which assignment is evaluated: the snapshot's ("current") or the plan's
+    target ("plan").
     """
 
     id: int
@@ -325,6 +330,8 @@ def scenario_name(s: Scenario) -> str:
         case "rolling":
             what = f"rack {s.rack}" if s.rack else _ids(s.drain)
             body = f"rolling {what} step {s.step}/{s.steps} (broker {_ids(s.brokers)})"
+        case "restart":
+            body = f"restart {_ids(s.drain)} step {s.step}/{s.steps} (broker {_ids(s.brokers)}, demoted)"
         case _:
             body = f"{s.kind} {_ids(s.brokers)}"
     prefix = "after plan: " if s.state == "plan" else ""
@@ -340,9 +347,11 @@ def level_name(rank: int) -> str:
 ROW_KEY = ["scenario_id", "topic", "partition"]
 ROW_STATE = ["replicas", "rf", "eff_min_isr", "leader", "isr", "new_leader", "new_isr"]
 # returned_leader: rolling steps only (null otherwise), the leader once the step's brokers came back.
+# demoted_from: restart steps only (null otherwise), where the demotion moved the leadership off the step's
+# broker: the leader before it (the row's `leader` is the one the broker stopped under).
 # leader_changes, shutdown_blocked_by: the facts above; clean_return: for leaderless rows, the brokers whose
 # return brings the partition back cleanly (one of them is the ISR's last member; all of them, surely).
-ROW_EXTRA = ["leader_changes", "shutdown_blocked_by", "clean_return"]
+ROW_EXTRA = ["leader_changes", "shutdown_blocked_by", "clean_return", "demoted_from"]
 ROW_COLUMNS = ROW_KEY + ROW_STATE + list(OUTCOMES) + ["severity", "returned_leader"] + ROW_EXTRA
 
 # zookeeper.session.timeout.ms in Kafka 3.x: how long a killed broker's partitions stay unanswered
@@ -364,6 +373,7 @@ ROW_TYPES = {
     "new_leader": pa.int32(), "new_isr": pa.list_(pa.int32()),
     **{k: pa.bool_() for k in OUTCOMES}, "severity": pa.int8(), "returned_leader": pa.int32(),
     "leader_changes": pa.int32(), "shutdown_blocked_by": pa.int32(), "clean_return": pa.list_(pa.int32()),
+    "demoted_from": pa.int32(),
 }
 
 SCENARIO_TYPES = {

@@ -20,7 +20,7 @@ from planner.text import count, size
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="plan a drain or a rebalance (writes plan.json, reassignment.json, "
+    p = sub.add_parser("plan", help="plan a drain, a rebalance or a restart (writes plan.json, reassignment.json, "
                                     "rollback.json)")
     kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND")
     d = kinds.add_parser("drain", help="move every replica off the given brokers")
@@ -64,6 +64,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         q.add_argument("--quiet", action="store_true", help="no progress on stderr")
         q.add_argument("--force", action="store_true", help="replace --out if it is not empty")
         q.set_defaults(func=_run)
+    from planner.commands.plan_restart import add_kind
+
+    add_kind(kinds)
 
 
 def _bytes(text: str) -> int:

@@ -87,15 +87,19 @@ class Result:
 
 class Executor:
     def __init__(self, client: KazooClient, plan: RunPlan, options: Options | None = None,
-                 progress: Callable[[Progress], None] | None = None, command: str = "apply"):
+                 progress: Callable[[Progress], None] | None = None, command: str = "apply",
+                 lock: ApplyLock | None = None):
+        """`lock`: a lock the caller already holds (a restart roll runs its phases under its own lock): this
+        executor writes through its gate and neither takes nor releases it."""
         self.client = client
         self.plan = plan
         self.opts = options or Options()
         self.command = command
-        self.gate = WriteGate(client, dry_run=self.opts.dry_run)
+        self._own_lock = lock is None
+        self.gate = WriteGate(client, dry_run=self.opts.dry_run) if lock is None else lock.gate
         self.view = ClusterView(client)
         self.throttles = Throttles(self.gate, self.view, plan.hexid)
-        self.lock = ApplyLock(self.gate, command, plan.id)
+        self.lock = lock or ApplyLock(self.gate, command, plan.id)
         self.reporter = Reporter(command, progress, self.opts.progress_file, every=self.opts.poll,
                                  stamp={"plan_id": plan.id})
         self.started = time.monotonic()
@@ -247,7 +251,7 @@ class Executor:
     def apply(self) -> Result:
         """Apply the plan (or resume it); see the module docstring."""
         try:
-            if not self.gate.dry_run:
+            if not self.gate.dry_run and self._own_lock:
                 # Everything that can refuse is checked before the first write (the lock's znodes): a refused
                 # apply leaves ZooKeeper exactly as it was. The checks run again once the lock is held.
                 who = holder(self.client)
@@ -256,7 +260,8 @@ class Executor:
                                         "may write at a time; nothing was written")
                 if not who:
                     self._checked_run()
-            self.lock.acquire(self.opts.lock_wait)
+            if self._own_lock:
+                self.lock.acquire(self.opts.lock_wait)
             if self.gate.dry_run:
                 who = holder(self.client)
                 if who:
@@ -274,7 +279,8 @@ class Executor:
                     self._read(lambda: self.lock.reacquire(max(self.opts.lock_wait, 0.0)))
                     self.resumed = True
         finally:
-            self.lock.release()
+            if self._own_lock:
+                self.lock.release()
             self.close()
 
     def _checked_run(self) -> rs.Run | None:
