@@ -409,7 +409,7 @@ def _failure_notes(r: dict[str, Any]) -> list[str]:
     if r.get("failed_shutdowns"):
         notes.append(f"controlled shutdown fails (retries, then an unclean stop) for broker(s) "
                      f"{', '.join(map(str, r['failed_shutdowns']))}")
-    if r.get("unavailable_window_s"):
+    if r.get("unavailable_window_s") and r.get("unavailable_until_expiry"):
         notes.append(f"{r.get('unavailable_until_expiry', 0)} partitions unanswered for up to "
                      f"{r['unavailable_window_s']:g} s, until the killed brokers' ZooKeeper sessions expire")
     if r.get("isr_order_dependent"):
@@ -468,6 +468,8 @@ def format_report(summary: dict[str, Any], colour: bool = False, limit: int = 20
         lines.append("")
         lines += [f"{r['name']}: {n}" for r, n in notes]
     for r in focus:
+        if r["kind"] in ("rolling", "restart") and r["level_rank"] < 2 and len(focus) > 2:
+            continue   # a roll's steps: the partitions of the steps that lose or block something
         wp = [p for p in r["worst_partitions"]][:worst_k]
         if not wp:
             continue

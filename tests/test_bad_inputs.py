@@ -148,6 +148,40 @@ def _other_plans_report(c: Ctx) -> list[str]:
     return argv
 
 
+def _restart_plan(c: Ctx, brokers: str = "1", desc: dict | None = None) -> Path:
+    snap = c.snapshot("rsnap", desc)
+    assert cli.main(["plan", "restart", "--snapshot", str(snap), "--brokers", brokers, "--out",
+                     str(c.tmp / "rplan"), "--quiet"]) == 0
+    return c.tmp / "rplan"
+
+
+def _roll(c: Ctx, plan: Path, *extra: str) -> list[str]:
+    return ["roll", "--zk", c.zk, "--plan", str(plan), "--out", str(c.out), *extra]
+
+
+def _lock_held(c: Ctx) -> list[str]:
+    plan = _restart_plan(c)
+    c.load(SEED)
+    holder = {"command": "roll", "host": "ops-1", "pid": 4242, "user": "alice", "plan_id": "sha256:other",
+              "since": "2026-11-25T10:00:00Z"}
+    c.client.create("/kplan/lock/0123456789abcdef__lock__0000000000", json.dumps(holder).encode(), makepath=True)
+    return _roll(c, plan)
+
+
+def _reassigning(c: Ctx) -> list[str]:
+    plan = _restart_plan(c)
+    c.load(SEED)
+    c.client.create("/admin/reassign_partitions",
+                    b'{"version":1,"partitions":[{"topic":"orders","partition":0,"replicas":[3,2,1]}]}', makepath=True)
+    return _roll(c, plan)
+
+
+def _broker_down(c: Ctx) -> list[str]:
+    plan = _restart_plan(c, "3")
+    c.load({**SEED, "brokers": [*SEED["brokers"][:2], {"id": 3, "rack": "r3", "alive": False}]})
+    return _roll(c, plan)
+
+
 CASES = [
     # --- snapshot: znodes Kafka's own parser would refuse (item 2), named by path, exit 2, nothing written
     Case("snapshot-leader-as-string", lambda c: ["snapshot", "--zk", c.load(SEED, {
@@ -258,6 +292,22 @@ CASES = [
          2, 'must be a non-negative integer, got {"3": 46}'),
     Case("sandbox-workload-zero-rate", lambda c: ["sandbox", "workload", "--dir", str(c.tmp / "sb"), "--rate", "0"],
          2, "rate must be a positive number of messages per second, got 0"),
+    # --- restart plans and rolls (issue 17)
+    Case("plan-restart-unknown-broker", lambda c: ["plan", "restart", "--snapshot", str(c.snapshot()), "--brokers",
+                                                   "1,9", "--out", str(c.out)], 2, "unknown broker(s) [9]"),
+    Case("roll-two-at-once", _lock_held, 1, "another kplan holds the lock /kplan/lock: kplan roll of plan sha256:other "
+                                            "(pid 4242 on ops-1, user alice", zk=True),
+    Case("roll-while-a-reassignment-is-in-flight", _reassigning, 1, "a roll starts only when no reassignment is in "
+                                                                    "flight (nothing was written)", zk=True),
+    Case("roll-broker-not-registered", _broker_down, 1, "broker(s) [3] of the roll are not registered", zk=True),
+    Case("roll-a-drain-plan", lambda c: ["roll", "--zk", "127.0.0.1:1", "--plan", str(c.plan(
+        c.snapshot(), [ReassignEntry("payments", 0, (2,))])), "--out", str(c.out)],
+         2, "`kplan roll` runs restart plans"),
+    Case("apply-a-restart-plan", lambda c: ["apply", "--zk", "127.0.0.1:1", "--plan", str(_restart_plan(c))], 2,
+         "is a restart plan: run it with `kplan roll --zk … --plan"),
+    Case("roll-restart-command-bad-placeholder", lambda c: _roll(Ctx(c.tmp, "127.0.0.1:1"), _restart_plan(c),
+                                                                 "--restart-command", "ssh {hostname} restart"),
+         2, "restart command 'ssh {hostname} restart': 'hostname' (placeholders: {broker}, {host}, {port})"),
     Case("snapshot-nobody-listening", lambda c: ["snapshot", "--zk", f"127.0.0.1:{_free_port()}", "--out",
                                                  str(c.out), "--timeout", "2"],
          2, "could not connect to ZooKeeper at 127.0.0.1:"),

@@ -116,6 +116,22 @@ def test_spark_job_agrees_with_reference_on_every_partition_of_every_scenario(sp
         assert summary["baseline"]["current"] == replay.baseline(state, version)
 
 
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=clusters())
+def test_spark_job_agrees_with_reference_on_restart_rolls(spark, case):
+    """A restart plan's roll: plain rolling steps before, restart steps (each broker demoted first) on the plan's
+    state after; every partition of every step agrees, demotion and leader load included."""
+    desc, order, moves, version = case
+    snap = risk.snapshot_from_cluster(parse_cluster(desc))
+    with tempfile.TemporaryDirectory() as tmp:
+        req = api.RiskRequest(snapshot=snap, out=Path(tmp) / "risk", kafka_version=version)
+        prepared = risk.prepare(req, plan_entries=moves, restart_order=order)
+        assert {s.kind for s in prepared.scenarios} == {"rolling", "restart"}
+        risk_job.run(spark, prepared, req.out)
+        state = replay.ClusterState.from_snapshot(snap)
+        assert_same(Path(req.out), replay.replay(state, prepared.scenarios, version, state.with_plan(moves)))
+
+
 # ------------------------------------------------------------------------------------------ bad input
 def write_seed_snapshot(d: Path) -> Path:
     """The seed incident: broker 1 holds the only replica of payments-0."""

@@ -296,3 +296,63 @@ def test_scenario_list_and_names():
         risk.build_scenarios(info, drain_racks=["z"])
     with pytest.raises(BadInput, match="empty"):
         risk.parse_brokers(" , ")
+
+
+# ------------------------------------------------------------------------------------------ restart steps
+def test_demote_moves_leadership_to_the_first_live_in_sync_replica_and_names_what_cannot_move():
+    # t-0 [1,2,3] ISR [3,1] led by 1: 2 is out of sync, so 3 comes first, 1 goes last, the election moves it to 3
+    # t-1 [1,2,3] led by 2 (1 is only preferred): reordered [2,3,1], leader stays 2 (no move needed)
+    # t-2 [2,1,3] led by 1: 2 is first and in sync already: no reorder, the election moves it to 2
+    # solo-0 [1]: nobody to move to: stuck
+    s = snap([topic("t", {"replicas": [1, 2, 3], "leader": 1, "isr": [3, 1]},
+                    {"replicas": [1, 2, 3], "leader": 2, "isr": [1, 2, 3]},
+                    {"replicas": [2, 1, 3], "leader": 1, "isr": [1, 2, 3]}),
+              topic("solo", {"replicas": [1]})])
+    st = replay.ClusterState.from_snapshot(s)
+    b = replay._batch(st, np.arange(st.num_partitions), st.leader, st.isr, st.has_state)
+    after, demoted_from, stuck = replay.demote(b, 1, st.alive_lut(st.lut_size()))
+    got = {(st.topic_names[st.topic_idx[i]], int(st.partition[i])):
+           ([x for x in after.replicas[i].tolist() if x >= 0], int(after.leader[i]), int(demoted_from[i]), bool(stuck[i]))
+           for i in range(st.num_partitions)}
+    assert got == {("solo", 0): ([1], 1, -1, True),
+                   ("t", 0): ([3, 2, 1], 3, 1, False),
+                   ("t", 1): ([2, 3, 1], 2, -1, False),
+                   ("t", 2): ([2, 1, 3], 2, 1, False)}
+
+
+@pytest.mark.parametrize("mode", ["failure", "controlled"])
+def test_restart_steps_start_from_the_plan_state_with_the_broker_demoted(mode):
+    """The seed incident with a restart plan's temporary replica: payments-0 [1] -> [1,2]. Step 1 (broker 1):
+    demoted, payments-0 is led by 2 when 1 stops, so it stays online with ISR [2] (min ISR 1); a kill finds 1
+    leading nothing (nothing unanswered until the session expires). Step 2 (broker 2) starts from the plan's
+    state again (1 back, leading payments-0), not from step 1's leftovers."""
+    s = snap([topic("payments", {"replicas": [1]}),
+              topic("orders", {"replicas": [1, 2, 3]}, {"replicas": [2, 3, 1]}, min_insync_replicas="2")])
+    state = replay.ClusterState.from_snapshot(s)
+    scen = [x for x in risk.restart_scenarios(s, (1, 2), modes=(mode,)) if x.kind == "restart"]
+    assert [x.name for x in scen] == [f"after plan: restart 1,2 step 1/2 (broker 1, demoted) [{mode}]",
+                                      f"after plan: restart 1,2 step 2/2 (broker 2, demoted) [{mode}]"]
+    res = replay.replay(state, scen, "3.7", state.with_plan([ReassignEntry("payments", 0, (1, 2))]))
+    rows, sc = res.rows.to_pylist(), res.scenarios.to_pylist()
+    p1 = row(rows, "payments", scenario=scen[0].id)
+    assert (p1["replicas"], p1["leader"], p1["demoted_from"], p1["new_leader"], p1["new_isr"]) == ([2, 1], 2, 1, 2, [2])
+    assert not p1["offline"] and not p1["under_min_isr"] and p1["at_min_isr"]
+    o0 = row(rows, "orders", 0, scenario=scen[0].id)
+    assert (o0["replicas"], o0["leader"], o0["new_leader"], o0["new_isr"]) == ([2, 3, 1], 2, 2, [2, 3])
+    o1 = row(rows, "orders", 1, scenario=scen[0].id)
+    assert (o1["demoted_from"], o1["leader"], o1["new_isr"]) == (None, 2, [2, 3])   # 1 only followed it
+    assert sc[0]["unavailable_until_expiry"] == 0 and sc[0]["offline"] == 0 and sc[0]["failed_shutdowns"] == []
+    # leaders after step 1: payments-0 and orders-0 moved 1 -> 2, orders-1 stays with 2: {2: 3, 3: 0}
+    assert (sc[0]["survivors"], sc[0]["leaders_total"], sc[0]["leader_max"]) == (2, 3, 3)
+    p2 = row(rows, "payments", scenario=scen[1].id)
+    assert (p2["replicas"], p2["leader"], p2["isr"], p2["new_leader"], p2["new_isr"]) == ([1, 2], 1, [1, 2], 1, [1])
+    assert all(x["level"] == "medium" for x in sc)   # at min ISR while a broker is down, nothing worse
+
+
+def test_the_plain_roll_without_a_plan_reproduces_the_incident():
+    s = snap([topic("payments", {"replicas": [1]})])
+    scen = [x for x in risk.restart_scenarios(s, (1, 2), modes=("controlled",)) if x.state == "current"]
+    res = replay.replay(replay.ClusterState.from_snapshot(s), scen)
+    p = row(res.rows.to_pylist(), "payments", scenario=scen[0].id)
+    assert (p["new_leader"], p["new_isr"], p["offline"]) == (-1, [1], True)
+    assert res.scenarios.to_pylist()[0]["level"] == "critical"

@@ -65,6 +65,13 @@ def _connected(client) -> None:  # noqa: ANN001 - a KazooClient
     zkmod.require_kafka(client)
 
 
+def _not_a_roll(plan: RunPlan, path: Path | str, command: str) -> None:
+    """A restart plan's temporary replicas are one phase of its roll: `kplan roll` runs (and checks) it whole."""
+    if plan.kind == "restart":
+        raise BadInput(f"{path} is a restart plan: run it with `kplan roll --zk … --plan {path}` (it adds the temporary "
+                       f"replicas, restarts each broker with its gates and undoes them); `kplan {command}` does not")
+
+
 def _check_positive(name: str, value: float | None, allow_zero: bool = False) -> None:
     if value is None:
         return
@@ -82,6 +89,7 @@ def apply(zk: str, plan_path: Path | str, options: Options, *, max_concurrent: i
         raise BadInput(f"throttle must be at least 1 byte/s, got {options.throttle}")
     zkmod.parse_connect(zk)
     plan = load_plan(plan_path, max_concurrent)
+    _not_a_roll(plan, plan_path, "apply")
     options.run = options.run or str(run_folder(plan_path))   # named in the brokers' maintenance state
     folder = None if options.dry_run else _claim_apply(plan_path, plan, out, "apply")
     if folder is not None:
@@ -121,6 +129,7 @@ def verify(zk: str, plan_path: Path | str, options: VerifyOptions, *, auth: tupl
     _check_positive("poll", options.poll)
     zkmod.parse_connect(zk)
     plan = load_plan(plan_path)
+    _not_a_roll(plan, plan_path, "verify")
     report, prog = verify_folder(plan_path, out)
     if out is not None:
         check_records(Path(out), plan.id, ("report.json", "progress.json"), Path(plan_path), "--out", True)

@@ -1,0 +1,167 @@
+"""The restart roll on the emulated engine: a rolling restart of every broker of a cluster with RF=1 and min-ISR=2
+topics (the seed incident's shape), watched continuously by an independent watcher (tests/roll_support.py):
+with the restart plan nothing is ever offline or under min ISR and everything ends as it was (lists, preferred
+leaders, no temporary replica, no throttle, lock released); the same roll without the plan reproduces the
+incident. Then a failed gate (a broker that does not come back) stops the roll safely and a run again
+resumes it; a paused roll continues; two rolls at once and a roll during a reassignment are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from apply_support import FAST, MB, Env, make_cluster, poll
+from roll_support import History, assignment, leaders, log_dir
+
+from planner import api, cli
+from planner.errors import NotConverged, SafetyRefusal
+from planner.execution.lock import ApplyLock
+from planner.zkgate import WriteGate
+
+pytestmark = pytest.mark.sandbox
+
+DESC = {"brokers": [{"id": 1, "rack": "r1"}, {"id": 2, "rack": "r2"}, {"id": 3, "rack": "r3"}, {"id": 4, "rack": "r1"}],
+        "topics": [
+            {"name": "payments", "partitions": [{"replicas": [b], "size_bytes": 5 * MB} for b in (1, 2, 3, 4)]},
+            {"name": "orders", "config": {"min.insync.replicas": "2"},
+             "partitions": [{"replicas": r, "size_bytes": MB} for r in ([1, 2, 3], [2, 3, 4], [3, 4, 1], [4, 1, 2])]},
+            {"name": "pairs", "config": {"min.insync.replicas": "2"},
+             "partitions": [{"replicas": [1, 3], "size_bytes": MB}, {"replicas": [2, 4], "size_bytes": MB}]}]}
+
+
+@pytest.fixture
+def cluster(tmp_path, zk_connect):
+    yield from make_cluster(tmp_path, zk_connect)
+
+
+@pytest.fixture
+def history(zk_server):
+    """What happened to every partition, from ZooKeeper's transaction log (tests/roll_support.py)."""
+    return lambda env: History(env.zk, log_dir(zk_server), "/" + env.connect.split("/", 1)[1])
+
+
+def plan_for(env: Env, tmp: Path, brokers: tuple[int, ...] = (1, 2, 3, 4)) -> Path:
+    run = tmp / "run"
+    api.snapshot(api.SnapshotRequest(zk=env.connect, out=run / "snapshot"))
+    api.plan_restart(api.RestartRequest(snapshot=run / "snapshot", out=run / "plan", brokers=brokers))
+    return run / "plan"
+
+
+def restart(env: Env):
+    def go(b: int) -> None:
+        env.sb.stop([b])
+        env.sb.start([b])
+    return go
+
+
+def roll(env: Env, plan: Path, **kw) -> api.RollOutcome:
+    how = kw.pop("restart", None) or restart(env)
+    req = api.RollRequest(zk=env.connect, plan=plan, poll=0.1, restart_timeout=kw.pop("restart_timeout", 60),
+                          gate_timeout=30, throttle=kw.pop("throttle", 100 * MB), **kw)
+    return api.roll(req, restart=how)
+
+
+def test_rolling_restart_of_every_broker_with_the_plan_loses_nothing(cluster, history, tmp_path):
+    env = cluster(DESC, **FAST)
+    before, lead_before = assignment(env.zk), leaders(env.zk)
+    assert all(lead_before[k] == reps[0] for k, reps in before.items())
+    plan = plan_for(env, tmp_path)
+    doc = json.loads((plan / "plan.json").read_text())
+    assert doc["protection"]["reasons"] == {"rf1": 4, "shrunk-isr": 0, "min-isr": 2}   # payments, pairs
+    h = history(env).begin()
+    out = roll(env, plan)
+    intervals = h.end()
+    assert (out.state, out.steps_done, out.steps_total, out.cannot_move) == ("completed", 4, 4, ())
+    assert intervals == [], intervals
+    assert h.state_writes > 40    # it saw the roll: every broker left and rejoined ISRs, leaders moved and came back
+    # everything as before: lists (the temporary replicas are gone), preferred leaders, every ISR full, no
+    # reassignment, election or throttle left, the lock released
+    env.check.assert_nothing_lost({k: len(v) for k, v in before.items()}, before)
+    assert leaders(env.zk) == lead_before
+    record = env.check.json(f"/kplan/rolls/{doc['id'].split(':')[1]}")
+    assert (record["state"], record["phase"]) == ("completed", "done")
+    assert [s["state"] for s in record["steps"]] == ["done"] * 4
+    assert [s["broker"] for s in record["steps"]] == doc["roll"]["order"]
+    outcome = json.loads((plan.parent / "roll" / "outcome.json").read_text())
+    assert outcome["state"] == "completed" and outcome["steps_done"] == 4
+    # running it again does nothing
+    assert roll(env, plan).state == "already-completed"
+
+
+def test_the_same_roll_without_the_plan_reproduces_the_incident(cluster, history, tmp_path):
+    """The harness can fail: restarting each broker as it is (no plan) takes its RF=1 partition offline and
+    the RF=2 min-ISR-2 pair under min ISR while it is down, and the watcher sees it."""
+    env = cluster(DESC, **FAST)
+    h = history(env).begin()
+    for b in (1, 2, 3, 4):
+        env.sb.stop([b])
+        env.sb.start([b])
+        env.sb.wait_settled(30)
+    intervals = h.end()
+    offline = {i.partition for i in intervals if i.kind == "offline"}
+    under = {i.partition for i in intervals if i.kind == "under_min_isr"}
+    assert offline == {"payments-0", "payments-1", "payments-2", "payments-3"}
+    assert under == {"pairs-0", "pairs-1"}
+
+
+def test_a_broker_that_does_not_come_back_stops_the_roll_safely_and_a_run_again_resumes(cluster, history, tmp_path,
+                                                                                         capsys):
+    env = cluster(DESC, **FAST)
+    before = assignment(env.zk)
+    plan = plan_for(env, tmp_path, (1, 2))
+    doc = json.loads((plan / "plan.json").read_text())
+    first = doc["roll"]["order"][0]
+    h = history(env).begin()
+    with pytest.raises(NotConverged, match=f"broker {first} left at .* and has not registered again within 2 s.*"
+                                           "Start it, then run the roll again"):
+        roll(env, plan, restart=lambda b: env.sb.stop([b]), restart_timeout=2)
+    hex_id = doc["id"].split(":")[1]
+    rec = env.check.json(f"/kplan/rolls/{hex_id}")
+    assert rec["state"] == "failed" and rec["steps"][0]["state"] == "restarting"
+    assert not env.check.lock_holders()
+    # the cluster is safe meanwhile: broker down, its RF=1 partition led by its temporary replica
+    assert env.check.state("payments", first - 1)["leader"] != -1
+    env.sb.start([first])
+    # resumed by the CLI, with a pause after its first broker (the one that was left half way)
+    assert cli.main(["roll", "--zk", env.connect, "--plan", str(plan), "--pause", "--poll", "0.1",
+                     "--restart-command", _restart_command(env), "--gate-timeout", "30"]) == 0
+    assert "paused after broker" in capsys.readouterr().out
+    assert env.check.json(f"/kplan/rolls/{hex_id}")["state"] == "paused"
+    assert cli.main(["roll", "--zk", env.connect, "--plan", str(plan), "--poll", "0.1",
+                     "--restart-command", _restart_command(env), "--gate-timeout", "30"]) == 0
+    intervals = h.end()
+    assert intervals == [], intervals
+    env.check.assert_nothing_lost({k: len(v) for k, v in before.items()}, before)
+
+
+def _restart_command(env: Env) -> str:
+    import sys
+
+    kplan = f"{sys.executable} -m planner.cli"
+    return f"sh -c '{kplan} sandbox stop --dir {env.sb.dir} {{broker}} && {kplan} sandbox start --dir {env.sb.dir} {{broker}}'"
+
+
+def test_two_rolls_at_once_and_a_roll_during_a_reassignment_are_refused_writing_nothing(cluster, tmp_path):
+    env = cluster(DESC, **FAST)
+    plan = plan_for(env, tmp_path, (1,))
+    other = ApplyLock(WriteGate(env.zk), "roll", "sha256:other")
+    other.acquire()
+    try:
+        tree = env.check.tree()
+        with pytest.raises(SafetyRefusal, match="another kplan holds the lock /kplan/lock: kplan roll of plan "
+                                                "sha256:other"):
+            roll(env, plan)
+        assert env.check.tree() == tree
+    finally:
+        other.release()
+    # a reassignment in flight (to a broker that is down, so it stays in flight)
+    env.sb.stop([4])
+    env.zk.create("/admin/reassign_partitions",
+                  b'{"version":1,"partitions":[{"topic":"orders","partition":0,"replicas":[4,2,3]}]}')
+    poll(lambda: env.check.topic("orders").get("adding_replicas"), what="the reassignment in flight")
+    tree = {k: v for k, v in env.check.tree().items() if not k.startswith("/brokers/topics/orders")}
+    with pytest.raises(SafetyRefusal, match="a roll starts only when no reassignment is in flight"):
+        roll(env, plan)
+    assert not env.check.lock_holders()
+    assert {k: v for k, v in env.check.tree().items() if not k.startswith("/brokers/topics/orders")} == tree
