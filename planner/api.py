@@ -284,6 +284,7 @@ class RestartRequest:
     batch_order: str = "smallest-first"
     batch_seconds: int = 3600
     force: bool = False
+    max_disk_usage: float = 0.85              # no broker above this fraction of its disk with the temporary replicas
 
 
 @dataclass(frozen=True)

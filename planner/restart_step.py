@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from planner.errors import BadInput
 from planner.plan_model import from_document
 from planner.plan_step import _sizes
 from planner.runfolder import check_output, step_output
@@ -34,12 +35,17 @@ def run_restart(req: RestartRequest, say: Callable[[str], None]) -> PlanOutcome:
                            max_concurrent_per_broker=req.max_concurrent_per_broker, batch_order=req.batch_order,
                            batch_seconds=req.batch_seconds)
     params.validate()
+    if not isinstance(req.max_disk_usage, int | float) or isinstance(req.max_disk_usage, bool) \
+            or not 0 < req.max_disk_usage <= 1:
+        raise BadInput(f"max_disk_usage must be a fraction in (0, 1] (e.g. 0.85), got {req.max_disk_usage!r}")
     snapshot_dir = Path(req.snapshot)
-    check_output(Path(req.out), req.force, (snapshot_dir,))
+    inputs = (snapshot_dir,) + ((Path(req.sizes),) if req.sizes is not None else ())
+    check_output(Path(req.out), req.force, inputs)
     say(f"reading snapshot {snapshot_dir}")
     snap = read_snapshot(snapshot_dir)
     sizes, sizes_param = _sizes(req.sizes)
-    pb = from_snapshot(snap, sizes=sizes, exclude_topics=req.exclude_topics, rack_aware=req.rack_aware)
+    pb = from_snapshot(snap, sizes=sizes, exclude_topics=req.exclude_topics, rack_aware=req.rack_aware,
+                       max_disk_usage=req.max_disk_usage)
     load_s = time.perf_counter() - started
     say(f"{count(pb.num_partitions, 'partition')}, {count(pb.num_brokers, 'broker')}, restart of "
         f"{count(len(params.brokers), 'broker')}")
@@ -58,6 +64,7 @@ def run_restart(req: RestartRequest, say: Callable[[str], None]) -> PlanOutcome:
         "max_concurrent_per_broker": params.max_concurrent_per_broker,
         "order": params.batch_order,
         "batch_seconds": params.batch_seconds,
+        "max_disk_usage": pb.max_disk_usage,
     }
     timings = {"load": round(load_s, 3), **{k.removesuffix("_s"): round(v, 3) for k, v in res.timings.items()}}
 
@@ -68,7 +75,7 @@ def run_restart(req: RestartRequest, say: Callable[[str], None]) -> PlanOutcome:
                 "timings_s": timings}
 
     say(f"writing {req.out}")
-    with step_output(req.out, req.force, (snapshot_dir,)) as tmp:
+    with step_output(req.out, req.force, inputs) as tmp:
         doc = write_restart_plan(tmp, res, snapshot, parameters, solve_info)
         solve = json.loads((tmp / "solve.json").read_text())
     out = Path(req.out)

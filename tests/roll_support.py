@@ -154,6 +154,7 @@ class History:
         self.start_zxid = self.end_zxid = 0
         self.transactions = 0
         self.state_writes = 0
+        self.events: list[tuple[int, str, int, str | None]] = []   # (zxid, "maintenance"|"registration", broker, what)
 
     def marker(self, name: str) -> int:
         """A write of our own: its zxid orders everything before and after it."""
@@ -204,6 +205,7 @@ class History:
                 gone = [b for b, s in self.owner.items() if s == txn.session]
                 for b in gone:
                     del self.owner[b]
+                    self.events.append((txn.zxid, "registration", b, "left"))
                 everyone |= bool(gone)
                 continue
             path = self._local(op.path)
@@ -214,9 +216,14 @@ class History:
             if parts[:2] == ["brokers", "ids"] and len(parts) == 3:
                 if op.kind == "create" and op.ephemeral:
                     self.owner[int(parts[2])] = txn.session
+                    self.events.append((txn.zxid, "registration", int(parts[2]), "registered"))
                 elif op.kind == "delete":
                     self.owner.pop(int(parts[2]), None)
+                    self.events.append((txn.zxid, "registration", int(parts[2]), "left"))
                 everyone = True
+            elif parts[:2] == ["kplan", "maintenance"] and len(parts) == 3:
+                state = json.loads(op.data)["state"] if op.kind in ("create", "set") and op.data else None
+                self.events.append((txn.zxid, "maintenance", int(parts[2]), state))
             elif parts[:2] == ["brokers", "topics"] and len(parts) == 3 and op.data:
                 for p, reps in json.loads(op.data)["partitions"].items():
                     self.replicas[(parts[2], int(p))] = reps

@@ -246,3 +246,51 @@ def test_generated_clusters_meet_the_rule_with_the_fewest_temporary_replicas(tmp
     assert not rule_holds(desc, doc)
     assert not minimal(desc, doc)
     assert all(c["offline"] == c["under_min_isr"] == c["unclean"] == 0 for c in doc["replay_check"]["after"])
+
+
+# ------------------------------------------------------------------------------- disk and maintenance
+def snap_with(tmp: Path, desc: dict, capacity: dict[int, int] | None = None, used: dict[int, int] | None = None,
+              maintenance: dict[int, str] | None = None) -> Path:
+    """A snapshot whose brokers carry disk figures (as DescribeLogDirs gives them) and maintenance states."""
+    import pyarrow as pa
+
+    s = risk.snapshot_from_cluster(parse_cluster(desc))
+    b = s.brokers
+    ids = b.column("broker").to_pylist()
+    cols = {"capacity_bytes": [(capacity or {}).get(i) for i in ids], "disk_used_bytes": [(used or {}).get(i) for i in ids],
+            "maintenance": [(maintenance or {}).get(i) for i in ids]}
+    for name, values in cols.items():
+        b = b.set_column(b.schema.get_field_index(name), name, pa.array(values, b.schema.field(name).type))
+    return sio.write_snapshot(tmp / "snap-disk", s.manifest, b, s.topics, s.partitions)
+
+
+def test_temporary_replicas_go_where_the_disk_has_room_and_a_full_cluster_is_refused_naming_brokers(tmp_path):
+    """Capacity 10,000 B each, limit 85 %: broker 3 holds 8,000, so it can take 500 more: not payments-0's
+    1,000 B (it takes broker 2 instead), but audit-0's 50 B (3 first: a new rack with no temporary load)."""
+    cap = {b: 10_000 for b in (1, 2, 3, 4)}
+    snap = snap_with(tmp_path, seed(), cap, {1: 1000, 2: 1000, 3: 8000, 4: 1000})
+    api.plan_restart(api.RestartRequest(snapshot=snap, out=tmp_path / "plan", brokers=(1,)))
+    doc = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert added(doc) == {"audit-0": [3, 2], "orders-2": [4], "payments-0": [2]}
+    assert doc["parameters"]["max_disk_usage"] == 0.85
+    full = snap_with(tmp_path / "full", seed(), cap, {1: 8400, 2: 8400, 3: 8400, 4: 8400})
+    with pytest.raises(BadInput, match="too few brokers can take the temporary replicas the roll needs .*with disk "
+                                       "room.*payments-0"):
+        api.plan_restart(api.RestartRequest(snapshot=full, out=tmp_path / "p2", brokers=(1,)))
+    assert not (tmp_path / "p2").exists()
+
+
+def test_brokers_in_maintenance_take_nothing_and_are_not_restarted(tmp_path):
+    snap = snap_with(tmp_path, seed(), maintenance={4: "drained"})
+    # orders-2 ([3,1,2], ISR [3,1]) could only take broker 4, which is drained
+    with pytest.raises(BadInput, match="orders-2 .*needs 1 temporary replica.*0 broker.s. can take one"):
+        api.plan_restart(api.RestartRequest(snapshot=snap, out=tmp_path / "p1", brokers=(1,)))
+    with pytest.raises(BadInput, match="a restart roll restarts brokers in service; broker 4 drained"):
+        api.plan_restart(api.RestartRequest(snapshot=snap, out=tmp_path / "p2", brokers=(4,)))
+    # payments alone: broker 2 and 3 tie (new racks, one replica each): the lower id; with 2 restarting in
+    # another roll, 3
+    doc = plan(tmp_path, {**seed(), "topics": seed()["topics"][:1]}, (1,))
+    assert added(doc) == {"payments-0": [2]}
+    snap = snap_with(tmp_path / "m", {**seed(), "topics": seed()["topics"][:1]}, maintenance={2: "restarting"})
+    api.plan_restart(api.RestartRequest(snapshot=snap, out=tmp_path / "p3", brokers=(1,)))
+    assert added(json.loads((tmp_path / "p3" / "plan.json").read_text())) == {"payments-0": [3]}

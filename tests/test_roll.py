@@ -75,6 +75,14 @@ def test_rolling_restart_of_every_broker_with_the_plan_loses_nothing(cluster, hi
     assert (out.state, out.steps_done, out.steps_total, out.cannot_move) == ("completed", 4, 4, ())
     assert intervals == [], intervals
     assert h.state_writes > 40    # it saw the roll: every broker left and rejoined ISRs, leaders moved and came back
+    # each broker restarted while its maintenance state said so, one at a time, in the plan's order, and none
+    # stays in maintenance
+    seen = [(kind, b, what) for _z, kind, b, what in h.events]
+    want = []
+    for b in doc["roll"]["order"]:
+        want += [("maintenance", b, "restarting"), ("registration", b, "left"), ("registration", b, "registered"),
+                 ("maintenance", b, None)]
+    assert seen == want, seen
     # everything as before: lists (the temporary replicas are gone), preferred leaders, every ISR full, no
     # reassignment, election or throttle left, the lock released
     env.check.assert_nothing_lost({k: len(v) for k, v in before.items()}, before)

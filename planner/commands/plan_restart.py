@@ -35,6 +35,9 @@ def add_kind(kinds: argparse._SubParsersAction) -> None:
                    help="moves per broker per batch of the protecting reassignment (default 5)")
     q.add_argument("--batch-seconds", type=int, default=3600, metavar="S",
                    help="target duration of one protecting batch (its suggested throttle)")
+    q.add_argument("--max-disk-usage", type=float, default=0.85, metavar="F",
+                   help="no broker above this fraction of its log dirs' capacity with the temporary replicas "
+                   "(default 0.85)")
     q.add_argument("--quiet", action="store_true", help="no progress on stderr")
     q.add_argument("--force", action="store_true", help="replace --out if it is not empty")
     q.set_defaults(func=_run)
@@ -54,7 +57,8 @@ def _run(args: argparse.Namespace) -> int:
                              order=args.order, exclude_topics=args.exclude_topics, rack_aware=args.rack_aware,
                              sizes=args.sizes, kafka_version=args.kafka_version,
                              max_concurrent_per_broker=args.max_concurrent_per_broker,
-                             batch_seconds=args.batch_seconds, force=args.force)
+                             batch_seconds=args.batch_seconds, force=args.force,
+                             max_disk_usage=args.max_disk_usage)
     outcome = api.plan_restart(req, progress=progress)
     print(summary_text(outcome.plan.doc, outcome.solve))
     return 0

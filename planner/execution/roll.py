@@ -39,6 +39,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from planner import codec
+from planner import maintenance as mt
 from planner import zk as zkmod
 from planner.errors import BadInput, NotConverged, PlannerError, SafetyRefusal
 from planner.execution import preflight, rollgates
@@ -48,6 +49,7 @@ from planner.execution.executor import Executor, Options
 from planner.execution.lock import ApplyLock, holder
 from planner.execution.planview import Entry, Move, RunPlan, _build, from_plan
 from planner.execution.progress import write_json_atomic
+from planner.runfolder import check_records, records_folder
 from planner.zkgate import NAMESPACE, Op, WriteGate
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,7 @@ PROTECT, STEPS, UNDO, LEADERS, DONE = "protect", "steps", "undo", "leaders", "do
 RUNNING, PAUSED, FAILED, COMPLETED = "running", "paused", "failed", "completed"
 ELECTION_CHUNK = 10_000   # partitions per preferred-election znode (well under ZooKeeper's 1 MiB request)
 UNDO_CHUNK = 5_000        # partitions per undo batch
+RECORDS = ("progress.json", "outcome.json")
 
 
 def roll_path(plan_hex: str) -> str:
@@ -76,6 +79,7 @@ class RollOptions:
     pause: bool = False                 # stop after each broker (state paused); running again continues
     restart: Callable[[int], None] | None = None   # restarts a broker; None: someone else does
     progress_file: Path | None = None
+    run: str | None = None              # named in the brokers' maintenance state (the records folder, a DAG run)
 
 
 @dataclass
@@ -166,7 +170,7 @@ class Roll:
         done = sum(1 for s in rec.get("steps", ()) if s["state"] == "done")
         p = RollProgress("roll", message, done, len(self.order), rec.get("phase", ""), broker, state, rs.now())
         if self.opts.progress_file is not None:
-            write_json_atomic(self.opts.progress_file, p.as_dict())
+            write_json_atomic(self.opts.progress_file, {"plan_id": self.plan.id, **p.as_dict()})
         if self.callback is not None:
             self.callback(p)
 
@@ -239,6 +243,11 @@ class Roll:
         if missing:
             raise SafetyRefusal(f"broker(s) {missing} of the roll are not registered in /brokers/ids: a roll restarts "
                                 "running brokers; start them first (nothing was written)")
+        states = self._read(lambda: mt.read_all(self.client))
+        held = [states.get(b) for b in self.order if states.get(b) is not None]
+        if held:
+            raise SafetyRefusal("a roll restarts brokers in service: " + "; ".join(e.describe() for e in held)
+                                + " (nothing was written; `kplan brokers` shows every state)")
         if self.plan.moves:
             run = self._read(lambda: rs.load(self.client, self.hex))
             self._read(lambda: preflight.check(self.client, self.view, from_plan(self.plan), run))
@@ -486,6 +495,7 @@ class Roll:
 
     def _demote(self, st: dict[str, Any], n: str) -> None:
         b = st["broker"]
+        self._maintenance_ops(b, mt.RESTARTING)   # refuses (writing nothing) a broker someone put in maintenance
         live = self._read(self.view.live_brokers)
         if b not in live:
             raise SafetyRefusal(f"{n}: broker {b} is not registered; the roll restarts running brokers and stopped "
@@ -535,7 +545,7 @@ class Roll:
         st["state"] = "restarting"
         st["restart_at"] = rs.now()
         self._event(f"{n}: broker {b} restarting")
-        self._save(self._maintenance_ops(b, "restarting"))
+        self._save(self._maintenance_ops(b, mt.RESTARTING))
         if self.opts.restart is not None and not st.get("command_run"):
             st["command_run"] = rs.now()
             self._save()
@@ -661,9 +671,13 @@ class Roll:
         self.say(f"{n}: broker {b} restarted, leadership restored", b, "done")
 
     def _maintenance_ops(self, broker: int, state: str | None) -> list[Op]:
-        """The maintenance state of `broker` (`restarting` while it restarts, cleared after), written in the
-        roll's own transactions."""
-        return []
+        """The writes that put `broker` into maintenance state `restarting` while it restarts, or take it out
+        after (planner/maintenance.py's table: only this roll's plan may), for the roll's own transactions."""
+        states = self._read(lambda: mt.read_all(self.client))
+        i = self.order.index(broker) + 1
+        return mt.set_ops(states, [broker], mt.RESTART, state, plan_id=self.plan.id, run=self.opts.run,
+                          reason=f"restart roll of brokers {','.join(map(str, self.order))}: step {i}/{len(self.order)}",
+                          by=mt.identity("roll"))
 
 
 def command_restarter(template: str, timeout: float, brokers: dict[int, dict[str, Any]] | None = None
@@ -708,7 +722,8 @@ def _hms(t: Any) -> str:
 
 
 def roll_folder(plan_path: Path | str, out: Path | str | None) -> Path:
-    return Path(out) if out is not None else Path(plan_path).absolute().parent / "roll"
+    """progress.json and outcome.json of a roll: `out`, else `roll/` in the plan's records folder."""
+    return Path(out) if out is not None else records_folder(plan_path) / "roll"
 
 
 def roll_step(zk: str, plan_path: Path | str, options: RollOptions, *, restart_command: str | None = None,
@@ -735,14 +750,17 @@ def roll_step(zk: str, plan_path: Path | str, options: RollOptions, *, restart_c
                        "apply this one with `kplan apply`")
     if restart_command is not None:
         _check_template(restart_command)
-    folder = roll_folder(plan_path, out)
+    folder = check_records(roll_folder(plan_path, out), plan.id, RECORDS, Path(plan_path),
+                           "--out" if out is not None else "the roll's records folder", out is not None)
     options.progress_file = folder / "progress.json"
+    options.run = options.run or str(records_folder(plan_path))
     with zkmod.session(zk, auth=auth, timeout=connect_timeout) as client:
+        zkmod.require_kafka(client)
         if restart_command is not None:
             options.restart = command_restarter(restart_command, command_timeout,
                                                 registrations(client, [int(b) for b in plan.section("roll")["order"]]))
         result = Roll(client, plan, options, progress).run()
-    write_json_atomic(folder / "outcome.json", {"command": "roll", **asdict(result)})
+    write_json_atomic(folder / "outcome.json", {"command": "roll", **asdict(result)})   # names its plan (plan_id)
     return result
 
 

@@ -15,9 +15,11 @@ min ISR 2 partition gets none. The plan then checks itself with the replay's own
 (planner.replay.demote, controlled shutdown and hard failure, each step from the plan's state).
 
 Temporary replicas are appended to the replica list (the preferred leader does not change), placed on
-registered brokers outside maintenance that do not hold the partition, preferring brokers outside the roll,
-racks the partition does not span yet, and the least temporary load (bytes when every size is known,
-replicas otherwise), largest partitions first. The undo is the original lists (rollback.json).
+registered brokers outside maintenance (planner/maintenance.py) that do not hold the partition and have the
+disk room (planner.optimizer.capacity: a temporary replica adds its partition's size until the undo),
+preferring brokers outside the roll, racks the partition does not span yet, and the least temporary load
+(bytes when every size is known, replicas otherwise), largest partitions first. The undo is the original
+lists (rollback.json). A broker in maintenance is not restarted (a roll takes brokers in service).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from planner.codec import ReassignEntry
 from planner.errors import BadInput
 from planner.optimizer.batches import Batch, make_batches
 from planner.optimizer.checks import Infeasible
+from planner.optimizer.planning import disk_warnings
 from planner.optimizer.problem import Problem
 from planner.snapshot_io import Snapshot
 from planner.text import count
@@ -145,11 +148,11 @@ def min_isr_by_row(pb: Problem, snap: Snapshot) -> tuple[np.ndarray, np.ndarray]
 
 # --------------------------------------------------------------------------------------------- plan
 def plan_restart(pb: Problem, snap: Snapshot, params: RestartParams,
-                 unavailable: np.ndarray | None = None, headroom: np.ndarray | None = None,
                  progress: Callable[[str], None] | None = None) -> RestartResult:
-    """The restart plan of `params.brokers` (ids). `unavailable` (B,) bool: brokers that may receive no
-    replica (in maintenance); `headroom` (B,) int64: bytes a broker may still take (-1: unchecked)."""
+    """The restart plan of `params.brokers` (ids)."""
     import time
+
+    from planner.optimizer import capacity
 
     say = progress or (lambda _m: None)
     params.validate()
@@ -160,6 +163,11 @@ def plan_restart(pb: Problem, snap: Snapshot, params: RestartParams,
     if down:
         raise BadInput(f"broker(s) {down} are not registered (down): a restart roll needs each broker running "
                        "before it restarts it; start them first, or drain them (kplan plan drain)")
+    held = [pb.maintenance_entries[int(pb.broker_ids[i])] for i in idx
+            if int(pb.broker_ids[i]) in pb.maintenance_entries]
+    if held:
+        raise BadInput("a restart roll restarts brokers in service; " + "; ".join(e.describe() for e in held)
+                       + " (kplan brokers shows the states; a drained broker comes back with kplan plan return)")
     roll = np.zeros(B, dtype=bool)
     roll[idx] = True
     ctrl_rows = snap.brokers.column("is_controller").to_pylist()
@@ -181,10 +189,10 @@ def plan_restart(pb: Problem, snap: Snapshot, params: RestartParams,
     meets = (isr_live_m & roll[np.maximum(isr, 0)]).any(axis=1)
     min_isr, _ = min_isr_by_row(pb, snap)
     rf = pb.rf.astype(np.int64)
-    receivers = pb.alive.copy()
-    if unavailable is not None:
-        receivers &= ~unavailable
+    receivers = pb.receivers(np.zeros(B, dtype=bool))   # registered, outside maintenance
     limit = int(receivers.sum())
+    cap = capacity.limits(pb)
+    headroom = np.where(cap >= 0, cap - pb.disk_used_bytes, -1) if capacity.checked(pb).any() else None
     k = needed(isr_live, meets, rf, min_isr, params.kafka_version, limit)
     k = np.where(hosted, k, 0)
 
@@ -233,6 +241,9 @@ def plan_restart(pb: Problem, snap: Snapshot, params: RestartParams,
     say(f"placing {int(k[want].sum())} temporary replicas for {count(int(want.sum()), 'partition')}")
     k = np.where(want, k, 0)
     final, added = _place(pb, k, roll, receivers, meets, isr_live, min_isr, rf, params.kafka_version, headroom)
+    capacity.check_final(pb, final, "the restart plan's temporary replicas")
+    if added.any():
+        warnings += disk_warnings(pb, final)
     t2 = time.perf_counter()
     # the temporary replicas widen the lists: the problem's matrix is padded to the same width (RF unchanged)
     if final.shape[1] > pb.replicas.shape[1]:
