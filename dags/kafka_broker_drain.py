@@ -61,6 +61,9 @@ with DAG(
                                            title="Max concurrent moves per broker"),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)",
                                 description="Full-match regular expression of topics the plan must not touch"),
+        "reason": Param(None, type=["null", "string"], title="Reason",
+                        description="Why the brokers are drained (an OS patch, a disk swap, a ticket): recorded "
+                        "with their maintenance state, shown by kplan brokers and in every plan's review"),
         "require_approval": Param(True, type="boolean", title="Require approval"),
         "verify_timeout": Param(1800, type="integer", minimum=1, title="Verify timeout (s)"),
         "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
@@ -89,7 +92,8 @@ with DAG(
         response_timeout=timedelta(hours=24),
     )
     apply = ApplyOperator(task_id="apply", zk_conn_id="{{ params.zk_conn_id }}", throttle="{{ params.throttle }}",
-                          max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}")
+                          max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}",
+                          reason="{{ params.reason }}")
     verify = VerifyOperator(task_id="verify", zk_conn_id="{{ params.zk_conn_id }}",
                             timeout="{{ params.verify_timeout }}", **READ_ONLY)
     report = ReportOperator(task_id="report")

@@ -1,6 +1,7 @@
 """Rebalance the Kafka cluster every night, within a move / bytes budget.
 
-snapshot -> idle check (skip cleanly when a reassignment or a drain is in flight) -> plan (OR-Tools) ->
+snapshot -> idle check (skip cleanly when a reassignment, a drain, a return or a restart is in flight, or a broker
+is in maintenance part way) -> plan (OR-Tools; drained brokers get nothing: the plan names them) ->
 risk after the plan (Spark: every broker and rack, before and after) -> publish -> approve -> apply ->
 verify -> report. The plan is applied without waiting for a person only when it is within the auto-approve
 limits (moves, bytes) and its risk is at most the auto-approve level; otherwise it waits for review like a
@@ -60,7 +61,8 @@ with DAG(
 ) as dag:
     snapshot = SnapshotOperator(task_id="snapshot", zk_conn_id="{{ params.zk_conn_id }}",
                                 sizes="{{ params.sizes }}", **READ_ONLY)
-    idle = IdleCheckOperator(task_id="check_idle", busy_dag_ids=["kafka_broker_drain"], **READ_ONLY)
+    idle = IdleCheckOperator(task_id="check_idle", busy_dag_ids=["kafka_broker_drain", "kafka_broker_return",
+                                                                 "kafka_broker_restart"], **READ_ONLY)
     plan = RebalancePlanOperator(task_id="plan", max_moves="{{ params.max_moves }}",
                                  max_bytes="{{ params.max_bytes }}", exclude_topics="{{ params.exclude_topics }}",
                                  max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}",

@@ -150,6 +150,22 @@ def znode_exists(zk_connect: str, path: str) -> bool:
         zk.close()
 
 
+def znode_json(zk_connect: str, path: str) -> Any | None:
+    """A znode's JSON, read raw (None when it does not exist)."""
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoNodeError
+
+    zk = KazooClient(hosts=zk_connect, read_only=True)
+    zk.start(timeout=15)
+    try:
+        return json.loads(zk.get(path)[0])
+    except NoNodeError:
+        return None
+    finally:
+        zk.stop()
+        zk.close()
+
+
 # ------------------------------------------------------------------------------- Spark standalone
 @dataclass(frozen=True)
 class SparkCluster:

@@ -19,7 +19,7 @@ from kplan_airflow import runs
 
 from planner.sandbox import Sandbox
 
-DRAIN, REBALANCE = "kafka_broker_drain", "kafka_nightly_rebalance"
+DRAIN, RETURN, REBALANCE = "kafka_broker_drain", "kafka_broker_return", "kafka_nightly_rebalance"
 # set, like every throttle, and removed by verify (checked below); high enough that the sandbox copies the
 # demo cluster's 1.9 GiB in seconds rather than at the plans' 10 MiB/s floor
 THROTTLE = 1_000_000_000
@@ -65,7 +65,7 @@ print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["errors"] == {}
-    assert r["dags"] == [DRAIN, REBALANCE]
+    assert r["dags"] == [DRAIN, RETURN, REBALANCE]
     assert r["heavy"] == [], f"DAG files imported {r['heavy']} at parse time"
     assert r["brokers"]["type"] == "array" and r["brokers"]["minItems"] == 1 and r["brokers"]["uniqueItems"]
     assert r["leader_scope"]["enum"] == ["touched", "all"]
@@ -224,8 +224,12 @@ def test_unknown_broker_fails_the_run_early_and_applies_nothing(env):
     assert af.assignment(env["zk"]) == start
 
 
-def test_nightly_rebalance_end_to_end(env):
+def test_nightly_rebalance_end_to_end(env, drain_run):
+    """After the drain of broker 1 (issue 17: the nightly run put 160 replicas back on it): broker 1 is drained,
+    the plan gives it nothing and its approval says why."""
+    assert af.znode_json(env["zk"], "/kplan/maintenance/1")["state"] == "drained"
     start = af.assignment(env["zk"])
+    assert not any(1 in r for r in start.values())
     dr, approver = af.run_dag(REBALANCE, {"sizes": env["sizes"], "max_moves": 40, "throttle": THROTTLE},
                               decide=lambda d: "Approve")
     st = af.states(dr)
@@ -244,6 +248,63 @@ def test_nightly_rebalance_end_to_end(env):
     # person was asked
     assert approver.answered == "Approve"
     assert "auto-approve" in approver.seen["body"]
+    # the drained broker got nothing, and everyone who reads the plan is told why
+    assert not [m for m in plan["moves"] if 1 in m["to"]] and not any(1 in r for r in end.assignment.values())
+    assert plan["summary"]["left_out_brokers"] == [1]
+    assert "left out (in maintenance: no replica, no preferred leadership): broker 1 drained since" in \
+        approver.seen["body"]
+    assert any(w.startswith("left out:") and "broker 1 (drained" in w for w in plan["warnings"])
+
+
+def test_return_brings_broker_1_back_to_its_share_and_out_of_maintenance(env, drain_run):
+    """The way back (issue 17 part 3), after the drain and the nightly rebalance above: replicas move only onto
+    broker 1, which ends at its share of replicas, leading again, and out of maintenance."""
+    start = af.assignment(env["zk"])
+    # every move lands on broker 1: 40 at a time keeps the batches few (the per-broker default of 5 would make
+    # ~40 batches of this demo cluster, each a round trip of the emulated controller)
+    dr, approver = af.run_dag(RETURN, {"brokers": [1], "sizes": env["sizes"], "throttle": THROTTLE,
+                                       "reason": "disk replaced", "max_concurrent_per_broker": 40},
+                              decide=lambda d: "Approve", mark_success="risk_after")
+    st = af.states(dr)
+    assert all(v == "success" for v in st.values()), st
+    folder = run_folder(dr)
+    plan = json.loads((folder.plan / "plan.json").read_text())
+    assert plan["kind"] == "return" and plan["parameters"]["drain_plans"] == [
+        json.loads((run_folder(drain_run["dr"]).plan / "plan.json").read_text())["id"]]
+    for m in plan["moves"]:
+        assert m["from"] == start[(m["topic"], m["partition"])]
+        assert set(m["to"]) - set(m["from"]) <= {1}, m
+    body = approver.seen["body"]
+    assert "returning: broker 1 drained since" in body and "moves reversed" in body
+    end = af.cluster_state(env["zk"])
+    check_applied(plan, end, json.loads(folder.report.read_text()))
+    counts: dict[int, int] = {}
+    for reps in end.assignment.values():
+        for b in reps:
+            counts[b] = counts.get(b, 0) + 1
+    total, n = sum(counts.values()), len(counts)
+    assert total // n <= counts[1] <= -(-total // n), counts   # its share of the replicas
+    assert any(leader == 1 for leader, _ in end.leader_isr.values())   # and it leads again
+    assert af.znode_json(env["zk"], "/kplan/maintenance/1") is None
+    assert json.loads(folder.report.read_text())["maintenance"]["set"] == {"1": None}
+
+
+def test_nightly_rebalance_skips_while_a_broker_is_in_maintenance_part_way(env, zk_client, zk_connect,
+                                                                           monkeypatch):
+    from planner import loader
+
+    loader.load_cluster(zk_client, {"brokers": [{"id": 1, "rack": "a"}, {"id": 2, "rack": "b"}], "topics": [
+        {"name": "t", "partitions": [{"replicas": [1, 2]}, {"replicas": [2, 1]}]}]})
+    entry = {"format": "kplan-maintenance/1", "broker": 2, "state": "restarting", "plan_id": "sha256:" + "e" * 64,
+             "run": None, "by": {}, "since": "2026-11-25T10:00:00Z", "reason": "OS patch"}
+    zk_client.create("/kplan/maintenance/2", json.dumps(entry).encode(), makepath=True)
+    hosts, _, chroot = zk_connect.partition("/")
+    monkeypatch.setenv("AIRFLOW_CONN_ZK_MAINT", json.dumps({"conn_type": "zookeeper", "host": hosts,
+                                                            "schema": chroot}))
+    dr, approver = af.run_dag(REBALANCE, {"zk_conn_id": "zk_maint"})
+    st = af.states(dr)
+    assert st["snapshot"] == "success" and st["check_idle"] == "skipped", st
+    assert approver.answered is None and not run_folder(dr).plan.exists()
 
 
 def test_nightly_rebalance_skips_while_a_reassignment_is_in_flight(env, zk_client, zk_connect, monkeypatch):

@@ -132,3 +132,51 @@ def test_throttled_multi_batch_drain_with_real_data_killed_and_resumed(real, tmp
     for t, p in parts:
         st = check.state(t, p)
         assert sorted(st["isr"]) == sorted(check.replicas(t, p)) and st["leader"] in check.replicas(t, p)
+
+
+def test_a_drained_broker_stays_drained_until_its_return_brings_it_back(real, tmp_path):
+    """Issue 17 on real brokers: the drain's apply marks broker 1 draining, its verify drained; a rebalance made
+    then gives it nothing; the return reverses the drain's moves (lists and leaders as before, data intact) and
+    ends its maintenance. Broker 1 may already be drained by the tests above: then this drain follows up."""
+    sb, zk, check = real
+    topics(zk, sb, {"maint-a": [[1, 2], [2, 3], [4, 1], [1, 4]], "maint-rf1": [[1], [3]]},   # racks r1: 1, 3; r2: 2, 4
+           {"maint-a": {"min.insync.replicas": "2"}})
+    parts = [("maint-a", p) for p in range(4)] + [("maint-rf1", 0), ("maint-rf1", 1)]
+    sb.produce({p: 200_000 for p in parts})
+    offsets = sb.log_end_offsets(parts)
+    before = {p: check.replicas(*p) for p in parts}
+    run = api.RunFolder(tmp_path / "drain")
+    drain = plan_drain(run, sb)
+    api.apply(api.ApplyRequest(zk=sb.connect_string, plan=run.plan, throttle=50_000_000, poll=0.2, wait=120,
+                               reason="rehearsal"))
+    state = check.json("/kplan/maintenance/1")
+    assert (state["state"], state["plan_id"], state["reason"]) == ("draining", drain.plan_id, "rehearsal")
+    api.verify(api.VerifyRequest(zk=sb.connect_string, plan=run.plan, wait=60, poll=0.2))
+    assert check.json("/kplan/maintenance/1")["state"] == "drained"
+    assert not [p for p in parts if 1 in check.replicas(*p)]
+
+    nightly = api.RunFolder(tmp_path / "nightly")
+    api.snapshot(api.SnapshotRequest(zk=sb.connect_string, out=nightly.snapshot))
+    rebalance = api.plan_rebalance(api.RebalanceRequest(snapshot=nightly.snapshot, out=nightly.plan)).plan
+    assert list(rebalance.summary["left_out_brokers"]) == [1]
+    assert not [m for m in rebalance.moves if 1 in set(m.to_replicas) - set(m.from_replicas)]
+
+    back = api.RunFolder(tmp_path / "back")
+    back.root.mkdir(parents=True)
+    (back.root / "logdirs.json").write_text(json.dumps(sb.log_dirs()))
+    api.snapshot(api.SnapshotRequest(zk=sb.connect_string, out=back.snapshot, sizes=back.root / "logdirs.json"))
+    ret = api.plan_return(api.ReturnRequest(snapshot=back.snapshot, out=back.plan, brokers=(1,))).plan
+    assert list(ret.parameters["drain_plans"]) == [drain.plan_id]
+    assert all(set(m.to_replicas) - set(m.from_replicas) <= {1} for m in ret.moves)
+    applied = api.apply(api.ApplyRequest(zk=sb.connect_string, plan=back.plan, throttle=50_000_000, poll=0.2,
+                                         wait=180))
+    assert applied.state == "completed" and check.json("/kplan/maintenance/1")["state"] == "returning"
+    verified = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=back.plan, wait=90, poll=0.2))
+    assert verified.converged and verified.report["maintenance"]["set"] == {"1": None}
+    assert not check.exists("/kplan/maintenance/1")
+    for p in parts:   # the drain undone: lists as before it, leaders on their first replica, data intact
+        assert check.replicas(*p) == before[p], (p, check.replicas(*p), before[p])
+        st = check.state(*p)
+        assert st["leader"] == before[p][0] and sorted(st["isr"]) == sorted(before[p]), (p, st)
+    assert sb.log_end_offsets(parts) == offsets
+    assert check.throttles() == {} and check.lock_holders() == []

@@ -46,9 +46,10 @@ class Ctx:
     def out(self) -> Path:
         return self.tmp / "out"
 
-    def snapshot(self, name: str = "snap", desc: dict | None = None) -> Path:
+    def snapshot(self, name: str = "snap", desc: dict | None = None, maintenance: list[dict] | None = None) -> Path:
         s = risk.snapshot_from_cluster(parse_cluster(desc or SEED))
-        return sio.write_snapshot(self.tmp / name, s.manifest, s.brokers, s.topics, s.partitions)
+        manifest = {**s.manifest, "maintenance": maintenance or []}
+        return sio.write_snapshot(self.tmp / name, manifest, s.brokers, s.topics, s.partitions)
 
     def plan(self, snap: Path, entries: list[ReassignEntry], name: str = "plan") -> Path:
         s = sio.read_snapshot(snap)
@@ -56,10 +57,13 @@ class Ctx:
         current = {(t, n): r for t, n, r in zip(p["topic"], p["partition"], p["replicas"], strict=True)}
         return write_plan_folder(self.tmp / name, s.fingerprint, current, entries)
 
-    def load(self, desc: dict, znodes: dict[str, bytes] | None = None) -> str:
+    def load(self, desc: dict, znodes: dict[str, bytes] | None = None, created: dict[str, bytes] | None = None
+             ) -> str:
         loader.load_cluster(self.client, desc)
         for path, data in (znodes or {}).items():
             self.client.set(path, data)
+        for path, data in (created or {}).items():
+            self.client.create(path, data, makepath=True)
         return self.zk
 
 
@@ -77,6 +81,11 @@ class Case:
 def _state(leader, isr, epoch=0) -> bytes:
     return json.dumps({"version": 1, "leader": leader, "leader_epoch": epoch, "controller_epoch": 1,
                        "isr": isr}).encode()
+
+
+def _drained(broker: int) -> dict:
+    return {"broker": broker, "state": "drained", "plan_id": "sha256:" + "d" * 64, "run": None, "by": {},
+            "since": "2026-11-25T10:00:00Z", "reason": "disk swap"}
 
 
 def _filled(c: Ctx) -> None:
@@ -314,6 +323,26 @@ CASES = [
     Case("snapshot-unresolvable-host", lambda c: ["snapshot", "--zk", "no-such-host.invalid:2181", "--out",
                                                   str(c.out), "--timeout", "2"],
          2, "cannot resolve ZooKeeper host no-such-host.invalid"),
+    # --- maintenance (issue 17): the way back and the explicit clear
+    Case("plan-return-broker-not-registered", lambda c: ["plan", "return", "--snapshot", str(c.snapshot(
+        desc={**SEED, "brokers": [{**b, "alive": b["id"] != 3} for b in SEED["brokers"]]},
+        maintenance=[_drained(3)])), "--brokers", "3", "--out", str(c.out)],
+         2, "broker(s) [3] are not registered (not in /brokers/ids when the snapshot was taken)"),
+    Case("plan-return-broker-not-in-maintenance", lambda c: ["plan", "return", "--snapshot", str(c.snapshot()),
+                                                             "--brokers", "2", "--out", str(c.out)],
+         2, "broker 2 is not in maintenance"),
+    Case("plan-return-unknown-broker", lambda c: ["plan", "return", "--snapshot", str(c.snapshot(
+        maintenance=[_drained(3)])), "--brokers", "7", "--out", str(c.out)], 2, "unknown broker(s) [7]"),
+    Case("maintenance-clear-no-state", lambda c: ["maintenance", "clear", "--zk", c.load(SEED), "--brokers", "2"],
+         2, "broker 2 is not in maintenance: nothing to clear (brokers in maintenance: none)", zk=True),
+    Case("maintenance-clear-unknown-broker", lambda c: ["maintenance", "clear", "--zk", c.load(SEED),
+                                                        "--brokers", "42"],
+         2, "broker 42 is not a registered broker and has no maintenance state", zk=True),
+    Case("maintenance-clear-another-state", lambda c: ["maintenance", "clear", "--zk", c.load(SEED, {}, {
+        "/kplan/maintenance/3": json.dumps({"format": "kplan-maintenance/1", **_drained(3)}).encode()}),
+        "--brokers", "3", "--state", "draining"], 2, "broker 3 is drained, not draining: nothing was cleared",
+         zk=True),
+
 ]
 
 

@@ -14,6 +14,7 @@ from kplan_airflow import runs
 from planner import api, loader
 
 DAG, RUN = "kafka_broker_drain", "manual__2026-01-01T02:00:00+00:00"
+NIGHTLY = "kafka_nightly_rebalance"
 CLUSTER = {
     "brokers": [{"id": i, "rack": f"r{i % 3}"} for i in range(1, 7)],
     "topics": [
@@ -39,7 +40,19 @@ def plugin(tmp_path_factory, zk_server):
         with af.airflow_env(base / "home"):
             folder = runs.run_folder(DAG, RUN)
             api.snapshot(api.SnapshotRequest(zk=connect, out=folder.snapshot))
-            yield _publish(folder)
+            published = _publish(folder)
+            # a nightly rebalance while broker 6 is drained (its maintenance state as a drain's verify writes it)
+            entry = {"format": "kplan-maintenance/1", "broker": 6, "state": "drained", "plan_id": "sha256:" + "c" * 64,
+                     "run": None, "by": {"user": "ann", "host": "ops1", "command": "kplan verify"},
+                     "since": "2026-01-01T03:00:00Z", "reason": "disk swap"}
+            client.create("/kplan/maintenance/6", json.dumps(entry).encode(), makepath=True)
+            nightly = runs.run_folder(NIGHTLY, RUN)
+            api.snapshot(api.SnapshotRequest(zk=connect, out=nightly.snapshot))
+            published["nightly"] = api.plan_rebalance(api.RebalanceRequest(snapshot=nightly.snapshot,
+                                                                            out=nightly.plan)).plan
+            runs.update_review(nightly, dag_id=NIGHTLY, run_id=RUN, run_key=runs.run_key(RUN), kind="rebalance",
+                               plan_id=published["nightly"].id, status="awaiting approval")
+            yield published
     finally:
         client.stop()
         client.close()
@@ -152,3 +165,20 @@ def test_downloads_and_plotly(plugin):
     assert js.status_code == 200 and len(js.content) > 1_000_000 and b"plotly" in js.content[:2000].lower()
     assert js.headers["content-type"].startswith("application/javascript")
     assert json.loads(c.get("/kafka-plans/api/plans").text)["runs_root"] == str(runs.runs_root())
+
+
+def test_brokers_in_maintenance_are_shown_on_both_pages(plugin):
+    c, plan = plugin["api"], plugin["nightly"]
+    key = runs.run_key(RUN)
+    assert not [m for m in plan.moves if 6 in set(m.to_replicas) - set(m.from_replicas)
+                or (m.to_replicas[0] == 6 != m.from_replicas[0])]
+    assert plan.brokers.in_maintenance == {6: "drained"}
+    html = c.get(f"/kafka-plans/runs/{NIGHTLY}/{key}").text
+    assert ("left out (in maintenance: no replica, no preferred leadership): broker 6 drained since "
+            "2026-01-01T03:00:00Z by ann@ops1, plan sha256:cccccccccccc…: disk swap") in html
+    d = c.get(f"/kafka-plans/api/runs/{NIGHTLY}/{key}").json()
+    assert d["brokers"]["maintenance"] == [None] * 5 + ["drained"]
+    rows = {(r["dag_key"], r["run_key"]): r for r in c.get("/kafka-plans/api/plans").json()["plans"]}
+    assert rows[(NIGHTLY, key)]["maintenance"] == "6 drained" and rows[(DAG, key)]["maintenance"] == ""
+    # the drain made before the state existed says none was in maintenance when its snapshot was taken
+    assert "brokers in maintenance: none (when the snapshot was taken)" in c.get(f"/kafka-plans/runs/{DAG}/{key}").text

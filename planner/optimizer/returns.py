@@ -1,19 +1,22 @@
 """Return placement: bring drained brokers back into service, moving replicas only onto them (as Strimzi's
 rebalance in add-brokers mode does: every move has a returning broker as its destination).
 
-Two stages, both bounded by the level the returning brokers are brought to: their share, floor..ceil of the
-mean replica count over the brokers that may hold replicas (registered, not in maintenance, the returning
-ones included). A source broker never gives below the floor; a returning broker never takes above the ceil,
-nor beyond its disk limit (planner/optimizer/capacity.py: max_disk_usage x its capacity, where known).
+Two stages. A returning broker never takes more than its disk limit allows (planner/optimizer/capacity.py:
+max_disk_usage x its capacity, where known), and only brokers that may hold replicas (registered, not in
+maintenance) give replicas to it.
 
 1. Undo. For each move of the drain's plan that took a returning broker's replica away, and where the cluster
    still matches it (the partition's replica set is exactly the drain's target, and the partition is not
    excluded or reassigning), the partition gets its list from before the drain back, in its order, so the
-   returning broker also leads again where it led. A drained broker that is not returning keeps the
-   replacement the drain gave it. Undo rows are taken in round-robin order over topics while the level allows.
-2. Balance. Each returning broker still below the floor takes replicas from the sources that hold the most,
-   one at a time (partitions it does not hold, whose rack coverage stays at min(RF, racks), round-robin over
-   topics); then, while a source holds more than the ceil, from that source up to the ceil.
+   returning broker also leads again where it led: the drain is undone as far as the cluster allows, whatever
+   the level (levelling the cluster is the nightly rebalance's job). A drained broker that is not returning
+   keeps the replacement the drain gave it. Not taken back: a list that would now span fewer racks than
+   min(RF, racks), or whose replacement broker is in maintenance now.
+2. Balance, up to the returning brokers' share: floor..ceil of the mean replica count over the brokers that
+   may hold replicas, the returning ones included. Each returning broker still below the floor takes replicas
+   from the sources that hold the most, one at a time (partitions it does not hold, whose rack coverage stays
+   at min(RF, racks), round-robin over topics), never taking a source below the floor; then, while a source
+   holds more than the ceil, from that source up to the ceil.
 """
 
 from __future__ import annotations
@@ -39,8 +42,8 @@ class ReturnInfo:
     drain_moves: int = 0                # moves of the drain's plan that took a returning broker's replica
     reversed: int = 0                   # of those, partitions given their list from before the drain
     stale: int = 0                      # of those, partitions the cluster no longer matches (moved since)
-    held_back: int = 0                  # matching, but not reversed: the level was reached first, or the
-    #                                     list from before the drain would now span too few racks
+    held_back: int = 0                  # matching, but not reversed: the list from before the drain would now
+    #                                     span too few racks, overfill a disk, or take from a broker in maintenance
     balanced: int = 0                   # replicas moved onto a returning broker from the fullest sources
     undo_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     warnings: list[str] = field(default_factory=list)
@@ -123,8 +126,7 @@ def place_return(pb: Problem, returning: np.ndarray, undo: Iterable[DrainMove] =
         gains = [b for b in tgt.tolist() if b >= 0 and b not in cur]
         losses = [b for b in cur.tolist() if b >= 0 and b not in tgt]
         racks_ok = int(popcount(rack_masks(tgt[None, :], bits))[0]) >= req[i]
-        if racks_ok and all(counts[g] < hi and returning[g] and room[g] >= cost[i] for g in gains) \
-                and all(counts[x] > lo and sources[x] for x in losses):
+        if racks_ok and all(returning[g] and room[g] >= cost[i] for g in gains) and all(sources[x] for x in losses):
             final[i] = tgt
             counts[gains] += 1
             counts[losses] -= 1

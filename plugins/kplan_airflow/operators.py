@@ -281,6 +281,43 @@ def _disk_usage(value: Any) -> dict[str, float]:
         raise AirflowFailException(f"max_disk_usage must be a fraction in (0, 1], got {value!r}") from None
 
 
+class ReturnPlanOperator(BaseOperator):
+    """The way back after a drain (<run>/plan): replicas move only onto `brokers`, drained brokers that are
+    registered again; the drain's own moves reversed where the cluster still matches them (its plan found
+    through the brokers' maintenance state, or `drain_plan`), then balanced up to their share."""
+
+    template_fields: Sequence[str] = ("brokers", "drain_plan", "exclude_topics", "max_concurrent_per_broker",
+                                      "sizes", "max_disk_usage")
+    ui_color = "#eefde8"
+
+    def __init__(self, *, brokers: Any, drain_plan: str | None = None, exclude_topics: str | None = None,
+                 max_concurrent_per_broker: Any = 5, sizes: str | None = None, max_disk_usage: Any = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_disk_usage = max_disk_usage
+        self.brokers = brokers
+        self.drain_plan = drain_plan
+        self.exclude_topics = exclude_topics
+        self.max_concurrent_per_broker = max_concurrent_per_broker
+        self.sizes = sizes
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        run = run_folder(context)
+        if (run.plan / "plan.json").is_file():
+            plan = call("plan", api.read_plan, run.plan)
+            self.log.info("reusing the plan %s already in %s (a plan is never replaced)", plan.id, run.plan)
+            return _plan_xcom(plan)
+        req = api.ReturnRequest(snapshot=run.snapshot, out=run.plan, brokers=_ints(self.brokers, "brokers"),
+                                drain_plan=Path(self.drain_plan) if self.drain_plan not in (None, "", "None")
+                                else None, exclude_topics=self.exclude_topics or None,
+                                max_concurrent_per_broker=int(self.max_concurrent_per_broker),
+                                sizes=Path(self.sizes) if self.sizes else None, **_disk_usage(self.max_disk_usage))
+        if not req.brokers:
+            raise AirflowFailException("brokers is empty: name the drained brokers that are back")
+        out = call("plan", api.plan_return, req, progress=_log_progress(self))
+        return _plan_xcom(out.plan)
+
+
 def _plan_xcom(plan: api.Plan) -> dict[str, Any]:
     s = plan.summary
     return {"path": str(plan.path), "plan_id": plan.id, "kind": plan.kind, "moves": len(plan.moves),
@@ -353,7 +390,7 @@ class PublishOperator(BaseOperator):
         dag_id, run_id = context["dag"].dag_id, context["run_id"]
         url = plan_url(dag_id, run_id)
         record = {"dag_id": dag_id, "run_id": run_id, "run_key": runs.run_key(run_id), "kind": plan.kind,
-                  "plan_id": plan.id, "brokers": list(plan.drained_brokers),
+                  "plan_id": plan.id, "brokers": list(plan.drained_brokers or plan.returning_brokers),
                   "replica_moves": plan.summary.get("replica_moves"), "bytes_moved": plan.summary.get("bytes_moved"),
                   "risk_before": before_level, "risk_after": after_level,
                   "created": (plan.snapshot or {}).get("taken_at"), "approval_task_id": self.approval_task_id}
@@ -415,11 +452,12 @@ class ApplyOperator(BaseOperator):
     by Airflow: a second apply of the same plan resumes where the first stopped, so run it again by hand
     (clear the task) once the cause is understood. Runs in the apply pool (one apply at a time)."""
 
-    template_fields: Sequence[str] = ("zk_conn_id", "throttle", "max_concurrent_per_broker")
+    template_fields: Sequence[str] = ("zk_conn_id", "throttle", "max_concurrent_per_broker", "reason")
     ui_color = "#fde8e8"
 
     def __init__(self, *, zk_conn_id: str = "zookeeper_default", throttle: Any = None,
-                 max_concurrent_per_broker: Any = None, publish_task_id: str = "publish", **kwargs: Any) -> None:
+                 max_concurrent_per_broker: Any = None, publish_task_id: str = "publish", reason: Any = None,
+                 **kwargs: Any) -> None:
         kwargs["retries"] = 0
         kwargs.setdefault("pool", runs.apply_pool())
         super().__init__(**kwargs)
@@ -427,6 +465,7 @@ class ApplyOperator(BaseOperator):
         self.throttle = throttle
         self.max_concurrent_per_broker = max_concurrent_per_broker
         self.publish_task_id = publish_task_id
+        self.reason = reason
 
     def execute(self, context: Context) -> dict[str, Any]:
         run = run_folder(context)
@@ -439,7 +478,9 @@ class ApplyOperator(BaseOperator):
         target = _zk(self.zk_conn_id)
         fields = {"zk": target.connect, "plan": run.plan, "out": run.apply, "auth": target.auth,
                   "throttle": _opt_int(self.throttle),
-                  "max_concurrent_per_broker": _opt_int(self.max_concurrent_per_broker)}
+                  "max_concurrent_per_broker": _opt_int(self.max_concurrent_per_broker),
+                  # recorded with a drain's / return's brokers' maintenance state (kplan brokers shows it)
+                  "reason": _reason(self.reason, context)}
         req = _request(api.ApplyRequest, fields)
         runs.update_review(run, status="applying")
         try:
@@ -454,6 +495,12 @@ class ApplyOperator(BaseOperator):
         self.log.info("apply of %s: %s (%s/%s batches)", out.plan_id, out.state, out.batches_done, out.batches_total)
         return {"plan_id": out.plan_id, "state": out.state, "batches_done": out.batches_done,
                 "batches_total": out.batches_total}
+
+
+def _reason(reason: Any, context: Context) -> str:
+    """The operator's reason, and the DAG run that applies the plan."""
+    run = f"{context['dag'].dag_id} run {context['run_id']}"
+    return f"{reason} ({run})" if reason not in (None, "", "None") else run
 
 
 def _request(cls: type[T], fields: dict[str, Any]) -> T:
@@ -519,7 +566,9 @@ class ReportOperator(BaseOperator):
 
 class IdleCheckOperator(BaseOperator):
     """Skip the rest of the run (cleanly: skipped, not failed) when the cluster is busy: a reassignment in
-    flight in the run's snapshot, or a run of one of `busy_dag_ids` (the drain DAG) queued or running."""
+    flight in the run's snapshot, a run of one of `busy_dag_ids` (the drain, return and restart DAGs) queued or
+    running, or a broker in maintenance part way (draining, restarting, returning: its snapshot says so).
+    Drained brokers are no reason to skip: the plan leaves them out (planner/maintenance.py)."""
 
     template_fields: Sequence[str] = ("busy_dag_ids",)
 
@@ -541,5 +590,14 @@ class IdleCheckOperator(BaseOperator):
         for dag_id in self.busy_dag_ids:
             n = ti.get_dr_count(dag_id=dag_id, states=["queued", "running"])
             if n:
-                raise AirflowSkipException(f"{n} run(s) of {dag_id} queued or running: a drain is in flight")
-        self.log.info("cluster idle: no reassignment in flight, no drain running")
+                raise AirflowSkipException(f"{n} run(s) of {dag_id} queued or running: maintenance is in flight")
+        moving = [e for e in manifest.get("maintenance") or () if e.get("state") not in ("drained", None)]
+        if moving:
+            names = "; ".join(f"broker {e['broker']} {e['state']} since {e.get('since')} (plan "
+                              f"{str(e.get('plan_id'))[:19]})" for e in moving)
+            raise AirflowSkipException(f"brokers are in maintenance part way ({names}): a drain, restart or return is "
+                                       "under way or stopped half way; not rebalancing until it ends (a drained "
+                                       "broker is no reason to skip: the plan leaves it out)")
+        drained = [e["broker"] for e in manifest.get("maintenance") or () if e.get("state") == "drained"]
+        self.log.info("cluster idle: no reassignment in flight, no drain running%s",
+                      f"; drained brokers {drained} are left out of the plan" if drained else "")

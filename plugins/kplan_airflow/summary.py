@@ -62,10 +62,52 @@ def plan_figures(plan: Any) -> dict[str, Any]:
         "batches": len(plan.batches), "data_batches": data_batches,
         "leadership_batches": len(plan.batches) - data_batches,
         "max_concurrent_per_broker": plan.parameters.get("max_concurrent_per_broker"),
-        "warnings": [w for w in plan.warnings if not is_hot_spot_warning(w)],  # hot spots: shown from hot_spots
+        # hot spots and left-out brokers: shown from their own sections
+        "warnings": [w for w in plan.warnings if not is_hot_spot_warning(w) and not w.startswith("left out:")],
         "leadership": leadership_trade(plan),
         "hot_spots": [dict(h) for h in (plan.hot_spots or {}).get("brokers", ())],
+        "maintenance": maintenance_figures(plan),
+        "returning": list(plan.returning_brokers),
     }
+
+
+def maintenance_figures(plan: Any) -> dict[str, Any]:
+    """The brokers in maintenance when the plan's snapshot was taken (planner/maintenance.py): every one with
+    its state, those the plan left out (with since / who / why / the plan that set it), and a return's."""
+    m = plan.maintenance or {}
+    return {"recorded": bool(m), "states": {str(b): st for b, st in plan.brokers.in_maintenance.items()},
+            "left_out": [dict(e) for e in m.get("left_out") or ()],
+            "returning": [dict(e) for e in m.get("returning") or ()],
+            "undo": dict(m["undo"]) if m.get("undo") else None}
+
+
+def _entry_text(e: Mapping[str, Any]) -> str:
+    by = e.get("by") or {}
+    who = f" by {by.get('user')}@{by.get('host')}" if by.get("user") or by.get("host") else ""
+    plan = f", plan {str(e['plan_id'])[:19]}…" if e.get("plan_id") else ""
+    why = f": {e['reason']}" if e.get("reason") else ""
+    return f"broker {e['broker']} {e.get('state')} since {e.get('since') or '?'}{who}{plan}{why}"
+
+
+def maintenance_lines(f: Mapping[str, Any]) -> list[str]:
+    """What an approver must see about maintenance: who is left out and why, a return's brokers and how."""
+    m = f.get("maintenance") or {}
+    out = [f"left out (in maintenance: no replica, no preferred leadership): {_entry_text(e)}"
+           for e in m.get("left_out") or ()]
+    u = m.get("undo")
+    for e in m.get("returning") or ():
+        share = e.get("share") or []
+        how = (f"; {u['reversed']} of the drain's {u['drain_moves']} moves reversed, {u['no_longer_matching']} no "
+               f"longer match the cluster, {u['balanced_moves']} replicas balanced onto it" if u else "")
+        out.append(f"returning: {_entry_text(e)}, back to its share of {share[0]}..{share[-1]} replicas{how}; "
+                   "out of maintenance once verified" if share else f"returning: {_entry_text(e)}{how}")
+    if not out and not m.get("recorded"):
+        out.append("brokers in maintenance: not recorded (a plan made before maintenance states existed)")
+    elif not out:
+        states = m.get("states") or {}
+        out.append("brokers in maintenance: " + (", ".join(f"{b} {st}" for b, st in sorted(states.items()))
+                                                  if states else "none") + " (when the snapshot was taken)")
+    return out
 
 
 def leadership_trade(plan: Any) -> dict[str, Any] | None:
@@ -107,6 +149,8 @@ def hot_spot_line(h: Mapping[str, Any]) -> str:
 def title(plan: Any) -> str:
     if plan.kind == "drain":
         return f"Drain of broker(s) {', '.join(map(str, plan.drained_brokers))}"
+    if plan.kind == "return":
+        return f"Return of broker(s) {', '.join(map(str, plan.returning_brokers))}"
     return "Rebalance"
 
 
@@ -132,6 +176,8 @@ def approval_body(plan: Any, pairs: list[dict[str, Any]], url: str | None, reaso
         f"- batches: {f['leadership_batches']} leadership + {f['data_batches']} data "
         f"(at most {f['max_concurrent_per_broker']} moves per broker at a time)",
     ]
+    for line in maintenance_lines(f):
+        lines.append(f"- 🛠 {line}")
     for w in f["warnings"]:
         lines.append(f"- ⚠ {w}")
     for h in f["hot_spots"]:
@@ -160,7 +206,8 @@ def text_report(plan: Any, pairs: list[dict[str, Any]]) -> str:
            f"  replica spread {f['replica_spread'][0]} -> {f['replica_spread'][1]}; leader spread "
            f"{f['leader_spread'][0]} -> {f['leader_spread'][1]}",
            f"  batches {f['leadership_batches']} leadership + {f['data_batches']} data",
-           *(f"  HOT SPOT{hot_spot_line(h).removeprefix('hot spot:')}" for h in f["hot_spots"]), "",
+           *(f"  HOT SPOT{hot_spot_line(h).removeprefix('hot spot:')}" for h in f["hot_spots"]),
+           *(f"  MAINTENANCE {line}" for line in maintenance_lines(f)), "",
            f"  {'scenario':<34} {'before':<34} after the plan"]
     for row in pairs:
         out.append(f"  {row['name']:<34} {_cell(row['before']).replace('**', ''):<34} "

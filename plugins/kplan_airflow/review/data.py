@@ -64,7 +64,9 @@ def list_plans(root: Path) -> list[dict[str, Any]]:
             except PlannerError as e:
                 row.update(error=str(e), kind=review.get("kind"))
             else:
-                row.update(kind=plan.kind, plan_id=plan.id, brokers=list(plan.drained_brokers),
+                row.update(kind=plan.kind, plan_id=plan.id,
+                           brokers=list(plan.drained_brokers or plan.returning_brokers),
+                           maintenance=", ".join(f"{b} {st}" for b, st in plan.brokers.in_maintenance.items()),
                            moves=plan.summary.get("replica_moves"), partitions=plan.summary.get("partitions_moved"),
                            bytes=plan.summary.get("bytes_moved"), bytes_h=sm.human_bytes(plan.summary.get("bytes_moved")),
                            created=row["created"] or (plan.snapshot or {}).get("taken_at"))
@@ -78,6 +80,7 @@ def _per_broker(plan: api.Plan) -> dict[str, Any]:
     b = plan.brokers
     return {
         "ids": list(b.ids), "racks": list(b.racks), "drained": list(b.drained), "alive": list(b.alive),
+        "maintenance": list(b.maintenance) or [None] * len(b.ids),
         "replicas_before": list(plan.before.get("replicas", [])), "replicas_after": list(plan.after.get("replicas", [])),
         "leaders_before": list(plan.before.get("preferred_leaders", [])),
         "leaders_after": list(plan.after.get("preferred_leaders", [])),
@@ -118,6 +121,7 @@ def plan_page(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
                         "throttle": b.suggested_throttle_bytes_per_s})
     figures = sm.plan_figures(plan)
     figures["leadership_text"] = sm.leadership_line(figures)
+    figures["maintenance_lines"] = sm.maintenance_lines(figures)
     return {
         "dag_key": dag_key, "run_key": run_key, "review": review, "title": sm.title(plan),
         "figures": figures, "summary": dict(plan.summary),
