@@ -99,7 +99,8 @@ def test_drain_stays_drained_through_the_nightly_rebalance_and_a_return_brings_i
 
     # -- the nightly rebalance: its snapshot records the state, its plan gives broker 1 nothing
     nightly = tmp_path / "nightly"
-    assert kplan(capsys, "snapshot", "--zk", zk, "--out", str(nightly / "snapshot"))[0] == 0
+    rc, out, _ = kplan(capsys, "snapshot", "--zk", zk, "--out", str(nightly / "snapshot"))
+    assert rc == 0 and "maintenance     broker 1 drained since" in out and "(disk swap, ticket 42)" in out
     snap = sio.read_snapshot(nightly / "snapshot")
     assert [(e["broker"], e["state"], e["plan_id"]) for e in snap.manifest["maintenance"]] == [(1, "drained",
                                                                                                  drain_id)]

@@ -79,6 +79,11 @@ def summary(outcome, brokers) -> str:
         lines.append(f"  brokers dead    {dead} ({by_rack(False)}): named in assignments, not registered")
     ctrl = m["controller"]
     lines.append(f"  controller      broker {ctrl['broker']}, epoch {ctrl['epoch']}")
+    maint = m.get("maintenance") or []
+    lines.append("  maintenance     " + ("; ".join(
+        f"broker {e['broker']} {e['state']} since {e.get('since') or '?'}" + (f" ({e['reason']})" if e.get("reason")
+                                                                             else "") for e in maint)
+        + ": plans give them nothing" if maint else "none"))
     lines.append(f"  topics          {c['topics']}" + (f" ({len(m['topics_queued_for_deletion'])} queued for "
                                                         "deletion)" if m["topics_queued_for_deletion"] else ""))
     lines.append(f"  partitions      {c['partitions']} ({c['replicas']} replicas)")
