@@ -56,6 +56,9 @@ with DAG(
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),
         "verify_timeout": Param(3600, type="integer", minimum=1, title="Verify timeout (s)"),
         "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
+        "kafka_conn_id": Param(None, type=["null", "string"], title="Kafka connection",
+                               description="Apache Kafka connection (security.protocol, SASL, SSL) through which "
+                               "the brokers are asked for sizes and disk capacity; empty = PLAINTEXT"),
         "sizes": Param(None, type=["null", "string"], title="Partition sizes file"),
     },
 ) as dag:

@@ -40,6 +40,7 @@ from planner.plan_model import Plan, read_plan
 from planner.runfolder import RunFolder, check_output, step_output
 
 if TYPE_CHECKING:
+    from planner.kafka_admin import KafkaSecurity
     from planner.snapshot_io import Snapshot
 
 __all__ = [
@@ -48,7 +49,7 @@ __all__ = [
     "ApplyOutcome", "ApplyRequest", "CancelOutcome", "CancelRequest", "DrainRequest", "PlanOutcome", "Progress",
     "RebalanceRequest", "RestartRequest", "ReturnRequest", "RollOutcome", "RollRequest", "roll", "RiskOutcome", "BrokerRow", "BrokersRequest", "ClearOutcome",
     "ClearRequest", "brokers", "clear_maintenance", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
-    "VerifyOutcome", "VerifyRequest", "apply", "cancel", "plan_drain", "plan_rebalance", "plan_restart", "plan_return",
+    "VerifyOutcome", "VerifyRequest", "apply", "cancel", "kafka_security", "plan_drain", "plan_rebalance", "plan_restart", "plan_return",
     "read_plan",
     "read_snapshot", "risk", "snapshot", "verify", "verify_report_text", "human_size",
 ]
@@ -106,6 +107,14 @@ class SnapshotRequest:
     workers: int | None = None
     read_mode: str = "auto"                   # auto | multiread | plain
     force: bool = False                       # replace a non-empty `out`
+    # Sizes and disk capacity (docs/SNAPSHOT.md "Sizes"): from the brokers (DescribeLogDirs) unless `sizes`
+    # is given (the override) or sizes_from="none" (count-only); `kafka` is how to reach them (secrets inside
+    # are never logged nor shown in a repr); `partial_sizes` accepts brokers that do not answer and log dirs
+    # in error, naming them in the manifest's warnings.
+    sizes_from: str = "brokers"               # brokers | none
+    kafka: KafkaSecurity | None = field(default=None, repr=False)
+    partial_sizes: bool = False
+    kafka_timeout: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +137,10 @@ def snapshot(req: SnapshotRequest, *, progress: ProgressFn | None = None) -> Sna
 
     if not req.timeout > 0:
         raise BadInput(f"timeout must be positive, got {req.timeout}")
+    if not req.kafka_timeout > 0:
+        raise BadInput(f"kafka_timeout must be positive, got {req.kafka_timeout}")
+    if req.sizes_from not in ("brokers", "none"):
+        raise BadInput(f"sizes_from must be brokers or none, not {req.sizes_from!r}")
     if req.workers is not None and req.workers < 1:
         raise BadInput(f"workers must be at least 1, got {req.workers}")
     zkmod.parse_connect(req.zk)
@@ -137,10 +150,19 @@ def snapshot(req: SnapshotRequest, *, progress: ProgressFn | None = None) -> Sna
     started = time.monotonic()
     with step_output(req.out, req.force, inputs) as tmp:
         result = take_snapshot(req.zk, tmp, sizes=req.sizes, lenient=req.lenient, timeout=req.timeout,
-                               auth=req.auth, workers=req.workers, read_mode=req.read_mode, progress=say)
+                               auth=req.auth, workers=req.workers, read_mode=req.read_mode, progress=say,
+                               sizes_from=req.sizes_from, kafka=req.kafka, partial_sizes=req.partial_sizes,
+                               kafka_timeout=req.kafka_timeout)
     m = result.manifest
     return SnapshotOutcome(Path(req.out), m["fingerprint"], frozen(m["counts"]), frozen(m["warnings"]),
                            frozen(m), time.monotonic() - started)
+
+
+def kafka_security(config: Mapping[str, Any], listener: str | None = None) -> KafkaSecurity:
+    """How to reach the brokers, from librdkafka-style keys (an Airflow Kafka connection's extra)."""
+    from planner.kafka_admin import KafkaSecurity as _KS
+
+    return _KS.from_config(config, listener)
 
 
 # ---------------------------------------------------------------------------------------------- risk

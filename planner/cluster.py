@@ -9,7 +9,8 @@ Tests, benchmarks, the demo and `kplan sandbox up --cluster` all describe a clus
 `leader`, `isr` and `size_bytes` are optional (default: leader = replicas[0], isr = replicas). Extensions,
 all optional, for the states a real cluster can be in:
 - broker: `"alive": false` (named in assignments but not registered), `"host"`, `"port"`, `"config"`
-  (dynamic broker overrides);
+  (dynamic broker overrides), `"disk_bytes"` (the emulated engine's log-dir volume size, which its
+  DescribeLogDirs reports as TotalBytes; UsableBytes = that minus the bytes of the replicas it holds);
 - top level: `"broker_defaults"` (`/config/brokers/<default>`), `"controller": {"id": 1, "epoch": 5}`,
   `"reassignment"`: in-flight `/admin/reassign_partitions` entries `[{"topic","partition","replicas"}]`,
   `"preferred_election"`: pending `[{"topic","partition"}]`;
@@ -38,6 +39,7 @@ class Broker:
     host: str | None = None
     port: int = 9092
     config: dict[str, str] = field(default_factory=dict)
+    disk_bytes: int | None = None    # the emulated engine's log-dir volume (TotalBytes), default DEFAULT_DISK
 
 
 @dataclass
@@ -127,8 +129,11 @@ def parse_cluster(desc: dict[str, Any]) -> Cluster:
         rack = b.get("rack")
         if rack is not None and (not isinstance(rack, str) or not rack):
             raise BadInput(f"{w}: rack must be a non-empty string")
+        disk = b.get("disk_bytes")
+        if disk is not None and (isinstance(disk, bool) or not isinstance(disk, int) or disk <= 0):
+            raise BadInput(f"{w}: disk_bytes must be a positive integer")
         brokers.append(Broker(bid, rack, bool(b.get("alive", True)), b.get("host"), int(b.get("port", 9092)),
-                              _config(b.get("config"), w)))
+                              _config(b.get("config"), w), disk))
     raw_topics = desc.get("topics", [])
     if not isinstance(raw_topics, list):
         raise BadInput(_where("'topics' must be a list"))

@@ -74,3 +74,81 @@ def merge_sizes(partitions: pa.Table, sizes: tuple[pa.Array, np.ndarray, np.ndar
     col = pa.array(best, pa.int64(), mask=best < 0)
     i = partitions.schema.get_field_index("size_bytes")
     return partitions.set_column(i, "size_bytes", col), int((~hit).sum())
+
+
+# ------------------------------------------------------------------------------ from the brokers themselves
+def replica_sizes_from_brokers(partitions: pa.Table, report: dict) -> tuple[pa.Table, dict[str, int]]:
+    """Each replica's size as its own broker reported it (planner.kafka_admin.describe_log_dirs), set as the
+    `replica_sizes` column (parallel to `replicas`, -1 where that replica was not read) and `size_bytes` = the
+    largest replica read (so a replica on a broker that did not answer takes its size from another replica of
+    the partition; unknown only when none could be read). Future logs (an intra-broker move in progress) and
+    logs of partitions the broker is not assigned are not sizes of a replica and are left out."""
+    from planner.snapshot_io import list_to_matrix
+
+    n = partitions.num_rows
+    reps = list_to_matrix(partitions.column("replicas"))
+    rsize = np.full(reps.shape, -1, dtype=np.int64)
+    b_ids, topics, parts, sizes = [], [], [], []
+    for b, rec in report.items():
+        if rec.status != "ok" or not rec.sizes:
+            continue
+        keep = ~np.asarray(rec.future, dtype=bool)
+        b_ids.append(np.full(int(keep.sum()), b, dtype=np.int64))
+        topics.extend(t for t, k in zip(rec.topics, keep.tolist(), strict=True) if k)
+        parts.append(np.asarray(rec.partitions, dtype=np.int64)[keep])
+        sizes.append(np.asarray(rec.sizes, dtype=np.int64)[keep])
+    stray = 0
+    if b_ids and n:
+        b_arr = np.concatenate(b_ids)
+        p_arr = np.concatenate(parts)
+        s_arr = np.concatenate(sizes)
+        topic_col = partitions.column("topic").combine_chunks()
+        t_idx = pc.fill_null(pc.index_in(pa.array(topics, pa.string()), value_set=topic_col.dictionary), -1)
+        t_idx = t_idx.to_numpy().astype(np.int64)
+        row_t = topic_col.indices.to_numpy().astype(np.int64)
+        row_key = row_t * 2**32 + partitions.column("partition").to_numpy().astype(np.int64)
+        want = t_idx * 2**32 + p_arr
+        pos = np.minimum(np.searchsorted(row_key, want), n - 1)
+        hit = (t_idx >= 0) & (row_key[pos] == want)
+        slot_match = reps[pos] == b_arr[:, None]
+        on = hit & slot_match.any(axis=1)
+        stray = int((~on).sum())
+        slot = np.argmax(slot_match, axis=1)
+        rsize[pos[on], slot[on]] = s_arr[on]
+    valid = reps >= 0
+    known = (rsize >= 0) & valid
+    best = np.where(known, rsize, -1).max(axis=1) if reps.shape[1] else np.full(n, -1, np.int64)
+    filled = int(((best >= 0) & (valid & ~known).any(axis=1)).sum())
+    offsets = partitions.column("replicas").combine_chunks().offsets
+    values = rsize[valid]
+    col = pa.ListArray.from_arrays(pa.array(np.asarray(offsets) - np.asarray(offsets)[0], pa.int32()),
+                                   pa.array(values, pa.int64()))
+    out = partitions.set_column(partitions.schema.get_field_index("size_bytes"), "size_bytes",
+                                pa.array(best, pa.int64(), mask=best < 0))
+    out = out.set_column(out.schema.get_field_index("replica_sizes"), "replica_sizes", col)
+    figures = {"replicas_read": int(known.sum()), "replicas_unread": int((valid & ~known).sum()),
+               "partitions_filled_from_other_replicas": filled, "partitions_size_unknown": int((best < 0).sum()),
+               "entries_not_in_assignment": stray}
+    return out, figures
+
+
+def disk_from_brokers(brokers: pa.Table, report: dict) -> pa.Table:
+    """capacity_bytes / disk_used_bytes (summed over a broker's log dirs that answered without error, null
+    when none did or the broker's Kafka is older than 3.3: DescribeLogDirs v4), log_dirs, log_dir_errors."""
+    cap, used, dirs, errs = [], [], [], []
+    for b in brokers.column("broker").to_pylist():
+        rec = report.get(b)
+        ds = rec.dirs if rec is not None and rec.status == "ok" else []
+        good = [d for d in ds if not d["error"]]
+        known = good and all(d["total_bytes"] >= 0 and d["usable_bytes"] >= 0 for d in good)
+        cap.append(sum(d["total_bytes"] for d in good) if known else None)
+        used.append(sum(d["total_bytes"] - d["usable_bytes"] for d in good) if known else None)
+        dirs.append([d["dir"] for d in ds] if rec is not None and rec.status == "ok" else None)
+        errs.append([f"{d['dir']}: {d['error']}" for d in ds if d["error"]] if rec is not None and rec.status == "ok"
+                    else None)
+    t = brokers
+    for name, values, typ in (("capacity_bytes", cap, pa.int64()), ("disk_used_bytes", used, pa.int64()),
+                              ("log_dirs", dirs, pa.list_(pa.string())),
+                              ("log_dir_errors", errs, pa.list_(pa.string()))):
+        t = t.set_column(t.schema.get_field_index(name), name, pa.array(values, typ))
+    return t

@@ -25,11 +25,12 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from planner import codec, logdirs, maintenance
+from planner import codec, kafka_admin, logdirs, maintenance
 from planner import snapshot_io as sio
 from planner import zk as zkmod
 from planner.errors import BadInput, PlannerError, ZkUnavailable
@@ -143,15 +144,27 @@ class _Rounds:
 
 
 # ------------------------------------------------------------------------------------------ top level
+SIZES_FROM = ("brokers", "none")
+
+
 def take_snapshot(zk: str, out: Path | str, *, sizes: Path | str | None = None, lenient: bool = False,
                   timeout: float = 10.0, auth: tuple[str, str] | None = None, workers: int | None = None,
                   read_mode: str = "auto", max_rounds: int = MAX_ROUNDS,
-                  progress: Progress | None = None) -> sio.Snapshot:
-    """Read the cluster at `zk` (HOST:PORT[/chroot]) into the snapshot folder `out`.
+                  progress: Progress | None = None, sizes_from: str = "brokers",
+                  kafka: kafka_admin.KafkaSecurity | None = None, partial_sizes: bool = False,
+                  kafka_timeout: float = 10.0) -> sio.Snapshot:
+    """Read the cluster at `zk` (HOST:PORT[/chroot]) into the snapshot folder `out`, with every replica's size
+    and each broker's disk capacity read from the brokers themselves (DescribeLogDirs at the endpoints their
+    registrations give, with `kafka`'s security settings: docs/SNAPSHOT.md "Sizes"), unless `sizes` (a
+    kafka-log-dirs.sh --describe file: the override) or `sizes_from="none"` (count-only, said so).
 
     Raises BadInput (exit 2) for a chroot without Kafka, denied reads, malformed znodes (unless `lenient`),
-    a bad sizes file; ZkUnavailable (retryable) for an unreachable ZooKeeper or a lost session;
-    KraftMigration (exit 1) for a cluster migrating to KRaft. On any error no manifest.json is written."""
+    a bad sizes file, a registered broker whose sizes cannot be read or a log dir in error (unless
+    `partial_sizes`: then named in the warnings), rejected Kafka credentials; ZkUnavailable (retryable) for an
+    unreachable ZooKeeper or a lost session; KraftMigration (exit 1) for a cluster migrating to KRaft. On any
+    error no manifest.json is written."""
+    if sizes_from not in SIZES_FROM:
+        raise BadInput(f"sizes_from must be one of {', '.join(SIZES_FROM)}, not {sizes_from!r}")
     if read_mode not in ("auto", "multiread", "plain"):
         raise BadInput(f"read_mode must be auto, multiread or plain, not {read_mode!r}")
     if workers is not None and workers < 1:
@@ -192,12 +205,82 @@ def take_snapshot(zk: str, out: Path | str, *, sizes: Path | str | None = None, 
         if len(size_data[0]) and size_unmatched == len(size_data[0]):
             raise BadInput(f"sizes file {sizes} names none of the cluster's partitions (from another cluster?)")
         tables = replace(tables, partitions=partitions)
+    from_brokers = None
+    if size_data is None and sizes_from == "brokers":
+        tables, from_brokers, size_warnings = _sizes_from_brokers(read, tables, kafka or kafka_admin.KafkaSecurity(),
+                                                                  partial_sizes, kafka_timeout, say)
+        partitions = tables.partitions
     state = health(read, tables)
     warnings = problems.all() + list(tables.warnings) + list(state.warnings)
+    if from_brokers is not None:
+        warnings.extend(size_warnings)
     if size_unmatched:
         warnings.append({"path": str(sizes), "problem": f"{size_unmatched} replica sizes name partitions that are "
                                                         "not in the snapshot"})
     m = manifest(read, target.hosts, target.chroot, tables, state, warnings, started_wall,
                  time.monotonic() - started, sizes is not None)
+    if from_brokers is not None:
+        m["sizes"] = "brokers"
+        m["log_dirs"] = from_brokers
     path = sio.write_snapshot(out, m, tables.brokers, tables.topics, partitions)
     return sio.Snapshot(path, m, tables.brokers, tables.topics, partitions)
+
+
+def _sizes_from_brokers(read: ClusterRead, tables, security: kafka_admin.KafkaSecurity, partial: bool,
+                        timeout: float, say: Progress) -> tuple[Any, dict[str, Any], list[dict[str, str]]]:
+    """DescribeLogDirs from every registered broker (docs/SNAPSHOT.md "Sizes"): the tables with replica sizes
+    and disk figures, the manifest's `log_dirs` section, and warnings naming every gap."""
+    endpoints: dict[int, str | None] = {}
+    for b in read.brokers:
+        reg = b.registration
+        endpoints[b.id] = kafka_admin.pick_endpoint(list(reg.endpoints), reg.listener_security_protocol_map,
+                                                    security) if reg is not None else None
+    say(f"reading log dirs (sizes, capacity) from {len(endpoints)} brokers over {security.describe()}")
+    report = kafka_admin.describe_log_dirs(endpoints, security, timeout)
+    denied = [r for r in report.values() if r.status == "auth-failed"]
+    if denied:
+        r = denied[0]
+        raise BadInput(f"Kafka broker {r.broker} at {r.endpoint} refused {security.describe()}: {r.error}"
+                       + (f" (and {len(denied) - 1} more brokers)" if len(denied) > 1 else "")
+                       + "; check the Kafka credentials (connection or --kafka-* options)")
+    unread = [r for r in report.values() if r.status != "ok"]
+    in_error = [(r.broker, d) for r in report.values() for d in r.dirs if d["error"]]
+    answered = [r for r in report.values() if r.status == "ok"]
+    if endpoints and not answered:
+        first = unread[0]
+        raise BadInput(f"no registered broker answered DescribeLogDirs over {security.describe()} (broker "
+                       f"{first.broker} at {first.endpoint or 'no endpoint'}: {first.error}"
+                       + (f"; {len(unread) - 1} more" if len(unread) > 1 else "") + "): check the security "
+                       "protocol / listener, or snapshot with --sizes FILE or --no-sizes")
+    gaps = [f"broker {r.broker} ({r.endpoint or 'no endpoint'}): {r.status}, {r.error}" for r in unread]
+    gaps += [f"broker {b} log dir {d['dir']}: {d['error']}" for b, d in in_error]
+    if gaps and not partial:
+        raise BadInput(f"sizes from the brokers are incomplete: {'; '.join(gaps[:8])}"
+                       + (f"; and {len(gaps) - 8} more" if len(gaps) > 8 else "")
+                       + ". Snapshot anyway with --partial-sizes (each replica there then takes its size from "
+                         "another replica of the partition, and those brokers' capacity is unknown)")
+    partitions, figures = logdirs.replica_sizes_from_brokers(tables.partitions, report)
+    brokers = logdirs.disk_from_brokers(tables.brokers, report)
+    warnings = [{"path": "DescribeLogDirs", "problem": g} for g in gaps]
+    registered = {b.id for b in read.brokers}
+    dead = [int(b) for b in brokers.column("broker").to_pylist() if b not in registered]
+    if dead:
+        warnings.append({"path": "DescribeLogDirs", "problem": f"brokers {dead[:20]} are not registered: their "
+                         "replicas take their sizes from other replicas of the same partitions"})
+    if figures["partitions_size_unknown"]:
+        warnings.append({"path": "DescribeLogDirs", "problem": f"{figures['partitions_size_unknown']} partitions "
+                         "have no replica whose size could be read: their size is unknown"})
+    old = sorted(r.broker for r in answered if (r.api_version or 0) < 4)
+    if old:
+        warnings.append({"path": "DescribeLogDirs", "problem": f"brokers {old[:20]} answer DescribeLogDirs below "
+                         "v4 (Kafka older than 3.3): their disk capacity is unknown"})
+    section = {
+        "source": "DescribeLogDirs", "security_protocol": security.protocol,
+        "api_versions": sorted({r.api_version for r in answered if r.api_version is not None}),
+        "brokers_answered": len(answered),
+        "unanswered": [{"broker": r.broker, "endpoint": r.endpoint, "status": r.status, "error": r.error}
+                       for r in unread],
+        "dirs_in_error": [{"broker": b, "dir": d["dir"], "error": d["error"]} for b, d in in_error],
+        **figures,
+    }
+    return replace(tables, partitions=partitions, brokers=brokers), section, warnings

@@ -396,7 +396,7 @@ def test_lenient_keeps_a_partition_whose_state_is_unknown_and_plans_refuse_to_gu
     loader.load_cluster(zk_client, SEED)
     zk_client.set("/brokers/topics/orders/partitions/1/state", b'{"leader":"two","isr":[2,3,1]}')
     snap = tmp_path / "snap"
-    assert cli.main(["snapshot", "--zk", zk_connect, "--out", str(snap), "--lenient"]) == 0
+    assert cli.main(["snapshot", "--zk", zk_connect, "--out", str(snap), "--lenient", "--no-sizes"]) == 0
     out = capsys.readouterr().out
     assert "state unknown   1" in out and "/brokers/topics/orders/partitions/1/state" in out
     s = sio.read_snapshot(snap)
@@ -420,7 +420,7 @@ def test_an_unhealthy_cluster_is_reported_as_it_is(zk_client, zk_connect, tmp_pa
 
     loader.load_cluster(zk_client, {**SEED, "brokers": [{**b, "alive": True} for b in SEED["brokers"]]},
                         brokers=False, controller=False)
-    assert cli.main(["snapshot", "--zk", zk_connect, "--out", str(tmp_path / "s")]) == 0
+    assert cli.main(["snapshot", "--zk", zk_connect, "--out", str(tmp_path / "s"), "--no-sizes"]) == 0
     s = sio.read_snapshot(tmp_path / "s")
     c = s.manifest["counts"]
     assert (c["alive_brokers"], c["offline"], c["under_replicated"]) == (0, 4, 0)
@@ -436,7 +436,7 @@ def test_a_replica_on_a_missing_broker_is_under_replicated(zk_client, zk_connect
     desc = {**SEED, "brokers": SEED["brokers"] + [{"id": 4, "alive": False}],
             "topics": [{"name": "t", "partitions": [{"replicas": [1, 2, 4], "leader": 1, "isr": [1, 2, 4]}]}]}
     loader.load_cluster(zk_client, desc)
-    assert cli.main(["snapshot", "--zk", zk_connect, "--out", str(tmp_path / "s")]) == 0
+    assert cli.main(["snapshot", "--zk", zk_connect, "--out", str(tmp_path / "s"), "--no-sizes"]) == 0
     c = sio.read_snapshot(tmp_path / "s").manifest["counts"]
     assert (c["offline"], c["under_replicated"]) == (0, 1)
 
@@ -458,7 +458,8 @@ def test_no_verbosity_prints_a_credential(zk_server, zk_chroot, tmp_path):
     env = {**os.environ, "KPLAN_ZK_AUTH": f"kplan:{secret}", "PYTHONPATH": str(REPO)}
     for verbose in (["-v"], []):
         done = subprocess.run([sys.executable, "-m", "planner.cli", *verbose, "snapshot", "--zk",
-                               zk_server.connect_string + zk_chroot, "--out", str(tmp_path / f"s{len(verbose)}")],
+                               zk_server.connect_string + zk_chroot, "--out", str(tmp_path / f"s{len(verbose)}"),
+                               "--no-sizes"],
                               capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         assert secret not in done.stdout + done.stderr

@@ -39,7 +39,7 @@ def plugin(tmp_path_factory, zk_server):
         loader.load_cluster(client, CLUSTER)
         with af.airflow_env(base / "home"):
             folder = runs.run_folder(DAG, RUN)
-            api.snapshot(api.SnapshotRequest(zk=connect, out=folder.snapshot))
+            api.snapshot(api.SnapshotRequest(zk=connect, out=folder.snapshot, sizes_from="none"))
             published = _publish(folder)
             # a nightly rebalance while broker 6 is drained (its maintenance state as a drain's verify writes it)
             entry = {"format": "kplan-maintenance/1", "broker": 6, "state": "drained", "plan_id": "sha256:" + "c" * 64,
@@ -47,7 +47,7 @@ def plugin(tmp_path_factory, zk_server):
                      "since": "2026-01-01T03:00:00Z", "reason": "disk swap"}
             client.create("/kplan/maintenance/6", json.dumps(entry).encode(), makepath=True)
             nightly = runs.run_folder(NIGHTLY, RUN)
-            api.snapshot(api.SnapshotRequest(zk=connect, out=nightly.snapshot))
+            api.snapshot(api.SnapshotRequest(zk=connect, out=nightly.snapshot, sizes_from="none"))
             published["nightly"] = api.plan_rebalance(api.RebalanceRequest(snapshot=nightly.snapshot,
                                                                             out=nightly.plan)).plan
             runs.update_review(nightly, dag_id=NIGHTLY, run_id=RUN, run_key=runs.run_key(RUN), kind="rebalance",

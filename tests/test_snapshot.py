@@ -23,7 +23,13 @@ from planner import cli, codec, loader, synth
 from planner import snapshot_io as sio
 from planner import zk as zkmod
 from planner.errors import BadInput, CodecError, KraftMigration, NotAKafkaCluster, ZkUnavailable
-from planner.snapshot import take_snapshot
+from planner.snapshot import take_snapshot as _take_snapshot
+
+
+def take_snapshot(*args, **kwargs):
+    """These clusters live in ZooKeeper alone (loaded znodes, no broker listening): no sizes to ask for."""
+    kwargs.setdefault("sizes_from", "none")
+    return _take_snapshot(*args, **kwargs)
 
 TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
 

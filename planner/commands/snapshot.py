@@ -22,7 +22,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="ZooKeeper connect string, with Kafka's chroot if it has one (e.g. zk1:2181/kafka)")
     p.add_argument("--out", required=True, metavar="DIR", help="snapshot folder to write")
     p.add_argument("--sizes", metavar="FILE",
-                   help="output of `kafka-log-dirs.sh --describe` (partition sizes; ZooKeeper has none)")
+                   help="override: partition sizes from `kafka-log-dirs.sh --describe` output instead of asking "
+                   "the brokers")
+    p.add_argument("--no-sizes", action="store_true",
+                   help="do not ask the brokers for sizes and disk capacity (plans then count replicas, and "
+                   "apply needs an explicit --throttle or --no-throttle)")
+    p.add_argument("--partial-sizes", action="store_true",
+                   help="accept brokers that do not answer DescribeLogDirs and log dirs in error (named in the "
+                   "manifest's warnings) instead of failing")
+    k = p.add_argument_group("Kafka (sizes and capacity come from the brokers' DescribeLogDirs, at the endpoints "
+                             "their ZooKeeper registrations give)")
+    k.add_argument("--kafka-config", metavar="FILE",
+                   help="JSON object of librdkafka-style client keys, as an Airflow Kafka connection's extra: "
+                   "security.protocol, sasl.mechanism, sasl.username, sasl.password, ssl.ca.location, ...")
+    k.add_argument("--kafka-security-protocol", choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"],
+                   help="overrides the config file's (default PLAINTEXT)")
+    k.add_argument("--kafka-sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+    k.add_argument("--kafka-sasl-username", metavar="USER")
+    k.add_argument("--kafka-password-env", metavar="VAR", default="KPLAN_KAFKA_PASSWORD",
+                   help="environment variable holding the SASL password (default KPLAN_KAFKA_PASSWORD; never "
+                   "an argument)")
+    k.add_argument("--kafka-listener", metavar="NAME",
+                   help="use this listener of each registration (default: the first of the security protocol)")
+    k.add_argument("--kafka-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds for the brokers to answer (default 10)")
     p.add_argument("--lenient", action="store_true",
                    help="skip malformed topics/partitions (listed in the manifest's warnings) instead of failing")
     p.add_argument("--timeout", type=float, default=10.0, metavar="S",
@@ -47,14 +70,49 @@ def _run(args: argparse.Namespace) -> int:
     from planner import zk as zkmod
 
     auth = zkmod.auth_from_env(args.zk_auth_env)
+    if args.no_sizes and args.sizes:
+        from planner.errors import BadInput
+
+        raise BadInput("give either --sizes FILE or --no-sizes, not both")
     req = api.SnapshotRequest(zk=args.zk, out=Path(args.out), sizes=Path(args.sizes) if args.sizes else None,
                               lenient=args.lenient, timeout=args.timeout, auth=auth, workers=args.workers,
-                              read_mode=args.read_mode, force=args.force)
+                              read_mode=args.read_mode, force=args.force,
+                              sizes_from="none" if args.no_sizes else "brokers", kafka=kafka_from_args(args),
+                              partial_sizes=args.partial_sizes, kafka_timeout=args.kafka_timeout)
     outcome = api.snapshot(req, progress=_progress)
     from planner.snapshot_io import read_table
 
     print(summary(outcome, read_table(outcome.path, "brokers")))
     return 0
+
+
+def kafka_from_args(args: argparse.Namespace):
+    """KafkaSecurity from --kafka-config FILE, the --kafka-* options over it, and the password from the
+    environment (never from an argument)."""
+    import json
+    import os
+
+    from planner import api
+    from planner.errors import BadInput
+
+    config: dict = {}
+    if args.kafka_config:
+        try:
+            config = json.loads(Path(args.kafka_config).read_text())
+        except OSError as e:
+            raise BadInput(f"--kafka-config {args.kafka_config}: {e.strerror or e}") from None
+        except json.JSONDecodeError as e:
+            raise BadInput(f"--kafka-config {args.kafka_config} is not JSON: {e}") from None
+        if not isinstance(config, dict):
+            raise BadInput(f"--kafka-config {args.kafka_config} must hold a JSON object of client keys")
+    for key, value in (("security.protocol", args.kafka_security_protocol),
+                       ("sasl.mechanism", args.kafka_sasl_mechanism), ("sasl.username", args.kafka_sasl_username)):
+        if value:
+            config[key] = value
+    password = os.environ.get(args.kafka_password_env)
+    if password is not None:
+        config["sasl.password"] = password
+    return api.kafka_security(config, args.kafka_listener)
 
 
 def summary(outcome, brokers) -> str:
@@ -110,6 +168,22 @@ def summary(outcome, brokers) -> str:
         lines.append(f"    {w['path']}: {w['problem']}")
     if len(m["warnings"]) > 10:
         lines.append(f"    ... {len(m['warnings']) - 10} more in manifest.json")
+    lines.append(_sizes_line(m))
     lines.append(f"  fingerprint     {m['fingerprint']}")
     lines.append(f"  time            {outcome.seconds:.2f} s")
     return "\n".join(lines)
+
+
+def _sizes_line(m) -> str:
+    if m.get("sizes") == "brokers":
+        ld = m["log_dirs"]
+        gaps = len(ld["unanswered"]) + len(ld["dirs_in_error"])
+        return (f"  sizes           from {ld['brokers_answered']} brokers (DescribeLogDirs v"
+                f"{'/'.join(map(str, ld['api_versions']))}): {ld['replicas_read']} replicas read"
+                + (f", {ld['partitions_filled_from_other_replicas']} partitions sized from another replica"
+                   if ld["partitions_filled_from_other_replicas"] else "")
+                + (f", {ld['partitions_size_unknown']} unknown" if ld["partitions_size_unknown"] else "")
+                + (f"; {gaps} gaps (see warnings)" if gaps else ""))
+    if m.get("sizes"):
+        return f"  sizes           from the file given ({m['sizes']})"
+    return "  sizes           NOT read (--no-sizes): plans count replicas, disk capacity unchecked"

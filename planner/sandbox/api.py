@@ -268,6 +268,19 @@ class Sandbox:
             return self._kafka().status(limit)
         return self._call("status", {"limit": limit}, 30)
 
+    def fault(self, ids: Any, *, unreachable: bool | None = None, logdir_error: bool | None = None
+              ) -> dict[str, Any]:
+        """Emulated engine: make brokers' Kafka endpoints stop answering (`unreachable`, while they stay
+        registered in ZooKeeper) or report their log dir in error (`logdir_error`); False undoes it."""
+        if self.engine == "kafka":
+            raise SandboxError("fault() is the emulated engine's; on real brokers stop a JVM or fill its disk")
+        args: dict[str, Any] = {"brokers": self._ids(ids)}
+        if unreachable is not None:
+            args["unreachable"] = bool(unreachable)
+        if logdir_error is not None:
+            args["logdir_error"] = bool(logdir_error)
+        return self._call("fault", args, 30)
+
     def wait_settled(self, timeout: float = 60) -> dict[str, Any]:
         """Wait until nothing is left to happen (no pending election, shutdown or catch-up); returns status."""
         if self.engine == "kafka":
@@ -364,8 +377,8 @@ class Sandbox:
             _write_json(directory / LOGDIRS_FILE, log_dirs_json(desc), compact=True)
             _write_json(directory / DAEMON_CONFIG, {
                 "connect": info["connect"], "token": info["token"], "timing": settings.to_dict(),
-                "brokers": [{"id": b.id, "rack": b.rack, "host": b.host, "port": b.port, "alive": b.alive}
-                            for b in desc.brokers],
+                "brokers": [{"id": b.id, "rack": b.rack, "host": b.host, "port": b.port, "alive": b.alive,
+                             "disk_bytes": b.disk_bytes} for b in desc.brokers],
                 "sizes": _sizes(desc),
                 "first_controller": _explicit_controller(cluster, desc),
             }, private=True, compact=True)

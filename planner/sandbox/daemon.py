@@ -39,6 +39,7 @@ from planner.sandbox.broker import Broker
 from planner.sandbox.controller import BrokerNotAvailable, Controller
 from planner.sandbox.replication import ConfigCache, Replication
 from planner.sandbox.settings import Timing
+from planner.sandbox.wire import DEFAULT_DISK, Endpoint
 from planner.sandbox.zkio import ControllerMoved
 
 log = logging.getLogger("planner.sandbox.daemon")
@@ -180,8 +181,21 @@ class Daemon:
         self.brokers: dict[int, Broker] = {}
         self.initially_alive: list[int] = []
         self.first_controller: int | None = cfg.get("first_controller")
+        # Brokers described without a host listen on 127.0.0.1 and register that endpoint (sandbox/wire.py);
+        # a described host is registered as given, with nothing listening there.
+        self.endpoints: dict[int, Endpoint] = {}
+        self.disk: dict[int, int] = {}
+        self.faults: dict[int, set[str]] = {}
+        self._wire_index: tuple[Any, dict[int, list[tuple[str, list[int]]]]] | None = None
+        self._wire_lock = threading.Lock()
         for b in cfg["brokers"]:
-            br = Broker(int(b["id"]), b.get("rack"), b.get("host"), int(b.get("port", 9092)), self.connect,
+            host, port = b.get("host"), int(b.get("port", 9092))
+            if host is None:
+                ep = Endpoint(int(b["id"]), "127.0.0.1", self._wire_model)
+                self.endpoints[int(b["id"])] = ep
+                host, port = ep.host, ep.port
+            self.disk[int(b["id"])] = int(b.get("disk_bytes") or DEFAULT_DISK)
+            br = Broker(int(b["id"]), b.get("rack"), host, port, self.connect,
                         self.timing.session_timeout, self.loop.post)
             br.on_controller_event = self._on_controller_event
             br.on_session_lost = self._on_session_lost
@@ -216,6 +230,73 @@ class Daemon:
     def fetching(self, broker: int) -> bool:
         br = self.brokers.get(broker)
         return br is not None and br.running and not br.shutting_down
+
+    # ------------------------------------------------------------------------------- Kafka protocol
+    def _wire_model(self, broker: int) -> Any:
+        """What broker `broker` answers DescribeLogDirs with (sandbox/wire.py), None when it does not answer.
+        Runs on a connection's thread: the replica index is built on the loop thread and then only read."""
+        br = self.brokers.get(broker)
+        faults = self.faults.get(broker, set())
+        if br is None or not br.running or "unreachable" in faults:
+            return None
+        index = self._replica_index()
+        if index is None:
+            return None
+        rep = self.replication
+        out = []
+        for topic, pids in index.get(broker, ()):
+            parts = []
+            for pid in pids:
+                size = rep.size(topic, pid)
+                f = rep.fetches.get((topic, pid, broker))
+                if f is not None and f.bytes_left > 0:
+                    size = max(0, int(size - f.bytes_left))
+                parts.append((pid, size))
+            out.append((topic, parts))
+        return (f"/var/lib/kafka/broker-{broker}", self.disk[broker], "logdir" in faults, out)
+
+    def _replica_index(self) -> dict[int, list[tuple[str, list[int]]]] | None:
+        c = self.controller
+        if c is None or not c.initialized:
+            return None
+        key = (id(c), len(c.parts), c.stats.get("reassignments_completed", 0),
+               c.stats.get("reassign_znodes_seen", 0), c.stats.get("broker_changes", 0))
+        with self._wire_lock:
+            if self._wire_index is not None and self._wire_index[0] == key:
+                return self._wire_index[1]
+            reply = Reply()
+
+            def build() -> None:
+                idx: dict[int, dict[str, list[int]]] = {}
+                for (topic, pid), p in sorted(c.parts.items()):
+                    for r in p.replicas:
+                        idx.setdefault(r, {}).setdefault(topic, []).append(pid)
+                reply.ok({b: list(t.items()) for b, t in idx.items()})
+
+            self.loop.post(build)
+            if not reply.wait(60):
+                return None
+            self._wire_index = (key, reply.result)
+            return reply.result
+
+    def _cmd_fault(self, args: dict[str, Any], reply: Reply) -> None:
+        """Faults of the brokers' Kafka endpoint: {"brokers": [...], "unreachable": bool, "logdir_error": bool}."""
+        ids = self._fault_ids(args)
+        for b in ids:
+            f = self.faults.setdefault(b, set())
+            for name, key in (("unreachable", "unreachable"), ("logdir", "logdir_error")):
+                if key in args:
+                    (f.add if args[key] else f.discard)(name)
+        reply.ok({"faults": {str(b): sorted(self.faults.get(b, ())) for b in ids}})
+
+    def _fault_ids(self, args: dict[str, Any]) -> list[int]:
+        raw = args.get("brokers")
+        if not isinstance(raw, list) or not raw or not all(isinstance(b, int) for b in raw):
+            raise BadRequest("give one or more broker ids")
+        unknown = [b for b in raw if b not in self.brokers]
+        if unknown:
+            raise BadRequest(f"unknown broker id(s) {unknown}: this sandbox has brokers {sorted(self.brokers)}")
+        return sorted(set(raw))
 
     # -------------------------------------------------------------------------------------- start-up
     def _startup(self) -> None:
@@ -527,7 +608,8 @@ class Daemon:
         c = self.controller
         brokers = []
         for b, br in sorted(self.brokers.items()):
-            brokers.append({"id": b, "rack": br.rack, "running": br.running,
+            brokers.append({"id": b, "rack": br.rack, "running": br.running, "endpoint": f"{br.host}:{br.port}",
+                            "faults": sorted(self.faults.get(b, ())),
                             "shutting_down": b in self.stopping, "epoch": br.epoch if br.running else None,
                             "registered_for_controller": bool(c and b in c.live)})
         out: dict[str, Any] = {"pid": os.getpid(), "brokers": brokers, "controller": None, "settled": self.quiet(),
@@ -610,6 +692,11 @@ class Daemon:
             self.admin.close()
         except Exception:
             pass
+        for ep in self.endpoints.values():
+            try:
+                ep.close()
+            except Exception:
+                pass
         if self.server is not None:
             time.sleep(0.2)  # let the last replies go out
             self.server.shutdown()

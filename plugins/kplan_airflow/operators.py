@@ -98,14 +98,18 @@ def _log_progress(op: BaseOperator, every: float = 30.0) -> Callable[[api.Progre
 
 
 class SnapshotOperator(BaseOperator):
-    """Read the cluster from ZooKeeper into <run>/snapshot (read-only; safe to retry)."""
+    """Read the cluster from ZooKeeper into <run>/snapshot, with sizes and disk capacity from the brokers
+    (read-only; safe to retry). `kafka_conn_id`: a connection of the Apache Kafka provider's type (conn type
+    `kafka`, its extra the librdkafka config: security.protocol, sasl.mechanism, sasl.username,
+    sasl.password, ssl.*); none: PLAINTEXT. Its secrets go only to the Kafka client."""
 
-    template_fields: Sequence[str] = ("zk_conn_id", "sizes", "timeout")
+    template_fields: Sequence[str] = ("zk_conn_id", "sizes", "timeout", "kafka_conn_id")
     ui_color = "#e8f4fd"
 
     def __init__(self, *, zk_conn_id: str = "zookeeper_default", sizes: str | None = None,
-                 timeout: float = 10.0, **kwargs: Any) -> None:
+                 timeout: float = 10.0, kafka_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.kafka_conn_id = kafka_conn_id
         self.zk_conn_id = zk_conn_id
         self.sizes = sizes
         self.timeout = timeout
@@ -119,11 +123,25 @@ class SnapshotOperator(BaseOperator):
         target = _zk(self.zk_conn_id)
         self.log.info("snapshot of %s -> %s", target, run.snapshot)
         req = api.SnapshotRequest(zk=target.connect, out=run.snapshot, auth=target.auth,
-                                  sizes=Path(self.sizes) if self.sizes else None, timeout=float(self.timeout))
+                                  sizes=Path(self.sizes) if self.sizes else None, timeout=float(self.timeout),
+                                  kafka=_kafka(self.kafka_conn_id))
         out = call("snapshot", api.snapshot, req, progress=_log_progress(self))
         for w in out.warnings:
             self.log.warning("snapshot warning: %s", dict(w))
         return {"path": str(out.path), "fingerprint": out.fingerprint, "counts": dict(out.counts)}
+
+
+def _kafka(conn_id: str | None) -> Any:
+    """KafkaSecurity from an Apache Kafka provider connection (its extra is the client config)."""
+    if conn_id in (None, "", "None"):
+        return None
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    if conn.conn_type != "kafka":
+        raise AirflowFailException(f"connection {conn_id!r} is of type {conn.conn_type!r}, not 'kafka' (the Apache "
+                                   "Kafka provider's)")
+    return call("snapshot", api.kafka_security, conn.extra_dejson)
 
 
 class RiskOperator(SparkSubmitOperator):

@@ -1,0 +1,154 @@
+"""Sizes and disk capacity read from the brokers (DescribeLogDirs at their registered endpoints) on the emulated
+engine, whose brokers answer from their own model: every replica's size, each broker's capacity, the gaps
+(a broker that does not answer, a log dir in error) named or refused, and no secret in any output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from planner import cli
+from planner.sandbox import Sandbox
+from planner.snapshot_io import list_to_matrix, read_snapshot
+
+pytestmark = pytest.mark.sandbox
+REPO = Path(__file__).resolve().parent.parent
+MB = 1_000_000
+# four brokers with 1 GB disks; sizes very different per partition; "solo" lives on broker 2 alone
+CLUSTER = {
+    "brokers": [{"id": i, "rack": f"r{i}", "disk_bytes": 1000 * MB} for i in (1, 2, 3, 4)],
+    "topics": [
+        {"name": "big", "partitions": [{"replicas": [1, 2, 3], "size_bytes": 200 * MB},
+                                       {"replicas": [2, 3, 4], "size_bytes": 150 * MB}]},
+        {"name": "small", "partitions": [{"replicas": [3, 4], "size_bytes": 1234},
+                                         {"replicas": [4, 1], "size_bytes": 0}]},
+        {"name": "solo", "partitions": [{"replicas": [2], "size_bytes": 7 * MB}]},
+    ],
+}
+SIZE = {("big", 0): 200 * MB, ("big", 1): 150 * MB, ("small", 0): 1234, ("small", 1): 0, ("solo", 0): 7 * MB}
+
+
+@pytest.fixture(scope="module")
+def sb(tmp_path_factory, zk_server):
+    s = Sandbox.up(tmp_path_factory.mktemp("sizes") / "sb", cluster=CLUSTER, zk=zk_server.connect_string + "/sizes",
+                   catch_up_delay=0.1, auto_rebalance=False)
+    yield s
+    s.down()
+
+
+def _snap(sb, out: Path, *extra: str) -> tuple[int, str]:
+    done = subprocess.run([sys.executable, "-m", "planner.cli", "snapshot", "--zk", sb.connect_string, "--out",
+                           str(out), "--kafka-timeout", "3", *extra], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO), **EXTRA_ENV})
+    return done.returncode, done.stdout + done.stderr
+
+
+EXTRA_ENV: dict[str, str] = {}
+
+
+def _rows(snap):
+    p = snap.partitions.to_pydict()
+    rs = list_to_matrix(snap.partitions.column("replicas"))
+    return {(t, n): (r, s, sz) for t, n, r, s, sz in zip(p["topic"], p["partition"], p["replicas"], p["replica_sizes"],
+                                                          p["size_bytes"], strict=True)}, rs
+
+
+def test_every_replica_size_and_each_brokers_capacity_come_from_the_brokers(sb, tmp_path):
+    rc, out = _snap(sb, tmp_path / "s")
+    assert rc == 0, out
+    snap = read_snapshot(tmp_path / "s")
+    rows, _ = _rows(snap)
+    for k, (reps, rsizes, size) in rows.items():
+        assert rsizes == [SIZE[k]] * len(reps), k          # each replica as its own broker reported it
+        assert size == SIZE[k]
+    b = snap.brokers.to_pydict()
+    held = {i: sum(SIZE[k] for k, (r, _, _) in rows.items() if i in r) for i in (1, 2, 3, 4)}
+    assert b["capacity_bytes"] == [1000 * MB] * 4
+    assert b["disk_used_bytes"] == [held[i] for i in b["broker"]]
+    assert snap.manifest["sizes"] == "brokers" and snap.manifest["log_dirs"]["api_versions"] == [4]
+    assert "sizes           from 4 brokers (DescribeLogDirs v4): 11 replicas read" in out
+
+
+def test_an_unreachable_broker_is_refused_or_named_and_filled_from_other_replicas(sb, tmp_path):
+    ep = {b["id"]: b["endpoint"] for b in sb.status()["brokers"]}
+    sb.fault([2], unreachable=True)
+    try:
+        rc, out = _snap(sb, tmp_path / "strict")
+        assert rc == 2 and not (tmp_path / "strict").exists(), out
+        assert f"sizes from the brokers are incomplete: broker 2 ({ep[2]}): unreachable" in out
+        assert "--partial-sizes" in out and "Traceback" not in out
+        rc, out = _snap(sb, tmp_path / "partial", "--partial-sizes")
+        assert rc == 0, out
+    finally:
+        sb.fault([2], unreachable=False)
+    snap = read_snapshot(tmp_path / "partial")
+    rows, _ = _rows(snap)
+    reps, rsizes, size = rows[("big", 0)]                  # [1, 2, 3]: broker 2's replica unread
+    assert rsizes == [200 * MB, -1, 200 * MB] and size == 200 * MB
+    assert rows[("solo", 0)][1:] == ([-1], None)           # no replica readable: unknown
+    assert snap.brokers.to_pydict()["capacity_bytes"][1] is None
+    problems = [w["problem"] for w in snap.manifest["warnings"]]
+    assert any(p.startswith(f"broker 2 ({ep[2]}): unreachable") for p in problems)
+    assert "1 partitions have no replica whose size could be read: their size is unknown" in problems
+
+
+def test_a_log_dir_in_error_is_refused_or_named(sb, tmp_path):
+    sb.fault([3], logdir_error=True)
+    try:
+        rc, out = _snap(sb, tmp_path / "strict")
+        assert rc == 2 and not (tmp_path / "strict").exists(), out
+        assert "broker 3 log dir /var/lib/kafka/broker-3: KAFKA_STORAGE_ERROR" in out
+        rc, out = _snap(sb, tmp_path / "partial", "--partial-sizes")
+        assert rc == 0, out
+    finally:
+        sb.fault([3], logdir_error=False)
+    snap = read_snapshot(tmp_path / "partial")
+    assert snap.brokers.to_pydict()["log_dir_errors"][2] == ["/var/lib/kafka/broker-3: KAFKA_STORAGE_ERROR"]
+    assert snap.brokers.to_pydict()["capacity_bytes"][2] is None
+    assert _rows(snap)[0][("small", 0)][1] == [-1, 1234]   # [3, 4]: from broker 4
+
+
+def test_a_listener_the_brokers_lack_is_a_clear_error_and_no_secret_is_shown(sb, tmp_path):
+    secret = "s3cr3t-Pa55word"
+    cfg = tmp_path / "kafka.json"
+    cfg.write_text(json.dumps({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                               "sasl.username": "kplan", "group.id": "ignored"}))
+    EXTRA_ENV["KPLAN_KAFKA_PASSWORD"] = secret
+    try:
+        rc, out = _snap(sb, tmp_path / "s", "--kafka-config", str(cfg))
+    finally:
+        EXTRA_ENV.clear()
+    assert rc == 2 and not (tmp_path / "s").exists(), out
+    assert "no registered broker answered DescribeLogDirs over SASL_PLAINTEXT (PLAIN, user kplan)" in out
+    assert "no SASL_PLAINTEXT listener in its registration" in out
+    assert secret not in out
+
+
+def test_a_drain_that_would_overfill_the_disks_is_refused_naming_them(sb, tmp_path, capsys):
+    assert cli.main(["snapshot", "--zk", sb.connect_string, "--out", str(tmp_path / "s")]) == 0
+    # held now (MB): 1: 200, 2: 357, 3: 350, 4: 150. Draining 2: big-0 (200, on 1 and 3) can only go to 4,
+    # big-1 (150, on 3 and 4) only to 1, solo (7) anywhere: 1 and 4 end at 350 (+7 for one of them).
+    def drain(limit: str, out: str) -> int:
+        capsys.readouterr()
+        return cli.main(["plan", "drain", "--snapshot", str(tmp_path / "s"), "--brokers", "2", "--out",
+                         str(tmp_path / out), "--max-disk-usage", limit, "--quiet"])
+
+    assert drain("0.45", "ok") == 0
+    doc = json.loads((tmp_path / "ok" / "plan.json").read_text())
+    after = dict(zip(doc["brokers"]["ids"], doc["after"]["disk_used_bytes"], strict=True))
+    assert sorted(after[b] for b in (1, 3, 4)) == [350 * MB, 350 * MB + 1234, 357 * MB + 1234] or \
+        sorted(after[b] for b in (1, 3, 4)) == [350 * MB + 1234, 350 * MB + 1234, 357 * MB]
+    # 355 MB each: solo's 7 MB fits nowhere (1 and 4 reach 350 with the big ones, 3 holds 350)
+    assert drain("0.355", "tight") == 2 and not (tmp_path / "tight").exists()
+    err = capsys.readouterr().err
+    assert "disk capacity: no broker that may hold solo-0 (6.7 MiB) has that much room under 35.5 % of its " \
+           "capacity" in err, err
+    # 30 %: broker 3 is already above it: refused before anything is placed
+    assert drain("0.30", "refused") == 2 and not (tmp_path / "refused").exists()
+    err = capsys.readouterr().err
+    assert "1 broker(s) already use more than 30 % of their log dirs' capacity before the plan (broker 3: " in err
