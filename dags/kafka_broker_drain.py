@@ -57,6 +57,10 @@ with DAG(
                                 "after the plan or at any batch boundary"),
         "throttle": Param(None, type=["null", "integer"], minimum=1, title="Throttle (bytes/s)",
                           description="Replication throttle while data moves; empty = the plan's suggested rate, if any"),
+        "no_throttle": Param(False, type="boolean", title="Copy without a throttle",
+                             description="Only when neither a throttle nor the plan's suggestion gives a batch a "
+                             "rate (a plan without sizes): copy it at full speed on purpose. Off: such a plan is "
+                             "refused before approval"),
         "max_concurrent_per_broker": Param(5, type="integer", minimum=1, maximum=1000,
                                            title="Max concurrent moves per broker"),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)",
@@ -87,7 +91,8 @@ with DAG(
                              max_disk_usage="{{ params.max_disk_usage }}", **READ_ONLY)
     risk_after = RiskOperator(task_id="risk_after", drains="{{ params.brokers }}",
                               mode="{{ params.shutdown_mode }}", after_plan=True, **READ_ONLY)
-    publish = PublishOperator(task_id="publish", require_approval="{{ params.require_approval }}")
+    publish = PublishOperator(task_id="publish", require_approval="{{ params.require_approval }}",
+                              throttle="{{ params.throttle }}", no_throttle="{{ params.no_throttle }}")
     approve = PlanApprovalOperator(
         task_id="approve",
         subject="{{ ti.xcom_pull(task_ids='publish')['subject'] }}",
@@ -96,6 +101,7 @@ with DAG(
         response_timeout=timedelta(hours=24),
     )
     apply = ApplyOperator(task_id="apply", zk_conn_id="{{ params.zk_conn_id }}", throttle="{{ params.throttle }}",
+                          no_throttle="{{ params.no_throttle }}",
                           max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}",
                           reason="{{ params.reason }}")
     verify = VerifyOperator(task_id="verify", zk_conn_id="{{ params.zk_conn_id }}",

@@ -52,6 +52,10 @@ with DAG(
                                 description="No broker may hold more than this fraction of its log dirs' capacity "
                                 "after the plan or at any batch boundary"),
         "throttle": Param(None, type=["null", "integer"], minimum=1, title="Throttle (bytes/s)"),
+        "no_throttle": Param(False, type="boolean", title="Copy without a throttle",
+                             description="Only when neither a throttle nor the plan's suggestion gives a batch a "
+                             "rate (a plan without sizes): copy it at full speed on purpose. Off: such a plan is "
+                             "refused before approval"),
         "max_concurrent_per_broker": Param(5, type="integer", minimum=1, maximum=1000),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),
         "verify_timeout": Param(3600, type="integer", minimum=1, title="Verify timeout (s)"),
@@ -75,7 +79,8 @@ with DAG(
                               after_plan=True, **READ_ONLY)
     publish = PublishOperator(task_id="publish", auto_approve_max_moves="{{ params.auto_approve_max_moves }}",
                               auto_approve_max_bytes="{{ params.auto_approve_max_bytes }}",
-                              auto_approve_max_risk="{{ params.auto_approve_max_risk }}")
+                              auto_approve_max_risk="{{ params.auto_approve_max_risk }}",
+                              throttle="{{ params.throttle }}", no_throttle="{{ params.no_throttle }}")
     approve = PlanApprovalOperator(
         task_id="approve",
         subject="{{ ti.xcom_pull(task_ids='publish')['subject'] }}",
@@ -84,6 +89,7 @@ with DAG(
         response_timeout=timedelta(hours=8),
     )
     apply = ApplyOperator(task_id="apply", zk_conn_id="{{ params.zk_conn_id }}", throttle="{{ params.throttle }}",
+                          no_throttle="{{ params.no_throttle }}",
                           max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}")
     verify = VerifyOperator(task_id="verify", zk_conn_id="{{ params.zk_conn_id }}",
                             timeout="{{ params.verify_timeout }}", **READ_ONLY)

@@ -36,22 +36,22 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import BadInput, KraftMigration, NotConverged, PlannerError, SafetyRefusal, ZkUnavailable
-from planner.plan_model import Plan, read_plan
+from planner.plan_model import ApplySchedule, Plan, apply_schedule, read_plan
 from planner.runfolder import RunFolder, check_output, step_output
 
 if TYPE_CHECKING:
     from planner.kafka_admin import KafkaSecurity
     from planner.snapshot_io import Snapshot
 
-__all__ = [
+__all__ = ["ApplySchedule",
     "BadInput", "KraftMigration", "NotConverged", "PlannerError", "RiskSubmit", "SafetyRefusal", "ZkUnavailable",
     "risk_submit",
     "ApplyOutcome", "ApplyRequest", "CancelOutcome", "CancelRequest", "DrainRequest", "PlanOutcome", "Progress",
     "RebalanceRequest", "RestartRequest", "ReturnRequest", "RollOutcome", "RollRequest", "roll", "RiskOutcome", "BrokerRow", "BrokersRequest", "ClearOutcome",
     "ClearRequest", "brokers", "clear_maintenance", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
-    "VerifyOutcome", "VerifyRequest", "apply", "cancel", "kafka_security", "plan_drain", "plan_rebalance", "plan_restart", "plan_return",
+    "VerifyOutcome", "VerifyRequest", "apply", "apply_schedule", "cancel", "kafka_security", "plan_drain", "plan_rebalance", "plan_restart", "plan_return",
     "read_plan",
-    "read_snapshot", "risk", "snapshot", "verify", "verify_report_text", "human_size",
+    "read_snapshot", "risk", "snapshot", "verify", "verify_report_text", "human_size", "human_duration",
 ]
 
 log = logging.getLogger(__name__)
@@ -358,6 +358,7 @@ class ApplyRequest:
     auth: tuple[str, str] | None = field(default=None, repr=False)
     timeout: float = 10.0                     # ZooKeeper connection timeout
     throttle: int | None = None               # bytes/s for data batches (None: the plan's suggestion, if any)
+    no_throttle: bool = False                 # copy batches that have no rate at full speed, on purpose
     dry_run: bool = False                     # list every write, make none
     max_concurrent_per_broker: int | None = None   # split the plan's batches further (never raise the limit)
     poll: float = 1.0                         # seconds between checks when no watch fires
@@ -447,7 +448,17 @@ def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutc
     out; the run is recorded and resumable), ZkUnavailable (retryable), BadInput."""
     from planner.execution import steps
     from planner.execution.executor import Options
+    from planner.plan_model import apply_schedule
 
+    if req.throttle is not None and (isinstance(req.throttle, bool) or not isinstance(req.throttle, int)
+                                     or req.throttle < 1):
+        raise BadInput(f"throttle must be a rate of at least 1 byte/s, got {req.throttle!r} (a throttle of 0 "
+                       "would stall the copy; to copy without one, say no_throttle / --no-throttle)")
+    if req.throttle is not None and req.no_throttle:
+        raise BadInput("give either a throttle or no_throttle (--no-throttle), not both")
+    refusal = apply_schedule(read_plan(req.plan), req.throttle, req.no_throttle).refusal
+    if refusal and not req.dry_run:      # a dry run copies nothing (it lists the writes, with no rate)
+        raise BadInput(refusal)
     opts = Options(throttle=req.throttle, poll=req.poll, timeout=req.wait, lock_wait=req.lock_wait,
                    dry_run=req.dry_run, reason=req.reason, run=req.run)
     r = steps.apply(req.zk, req.plan, opts, max_concurrent=req.max_concurrent_per_broker, auth=req.auth,
@@ -556,6 +567,13 @@ def clear_maintenance(req: ClearRequest) -> ClearOutcome:
     cleared = tuple((c.broker, c.before.state if c.before else "in service") for c in changed)
     text = ", ".join(f"broker {b} was {st}" for b, st in cleared)
     return ClearOutcome(cleared, f"cleared: {text}; now in service")
+
+
+def human_duration(seconds: float | None, unknown: str = "unknown") -> str:
+    """A duration as every kplan output shows it ('45 s', '12 min', '3 h 05 min')."""
+    from planner.text import duration
+
+    return duration(seconds, unknown)
 
 
 def human_size(n: float | None, unknown: str = "?") -> str:

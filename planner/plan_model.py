@@ -92,6 +92,7 @@ class Batch:
     file: str | None = None
     bytes: int | None = None
     suggested_throttle_bytes_per_s: int | None = None
+    max_broker_bytes: int | None = None            # the most one broker receives or sends in it (None: unknown)
 
     def entries(self) -> tuple[ReassignEntry, ...]:
         """The batch as reassignment entries (what is written to /admin/reassign_partitions)."""
@@ -259,14 +260,16 @@ def _batches(doc: dict[str, Any], where: Path) -> tuple[Batch, ...]:
                 or set(type(p[0]) for p in parts) - {str} or set(type(p[1]) for p in parts) - {int}:
             raise _bad(where, f"batch {b['index']}: partitions must be [topic, partition] pairs")
         _all_ids(reps, where, f"batch {b['index']} replicas")
-        for key in ("bytes", "suggested_throttle_bytes_per_s"):
+        for key in ("bytes", "suggested_throttle_bytes_per_s", "max_broker_bytes_in", "max_broker_bytes_out"):
             v = b.get(key)
             if v is not None and (type(v) is not int or v < 0):
                 raise _bad(where, f"batch {b['index']}: {key} must be a non-negative integer or null, not {v!r}")
         if b.get("file") is not None and not isinstance(b["file"], str):
             raise _bad(where, f"batch {b['index']}: file must be a string")
+        busiest = None if b.get("max_broker_bytes_in") is None or b.get("max_broker_bytes_out") is None \
+            else max(b["max_broker_bytes_in"], b["max_broker_bytes_out"])
         out.append(Batch(b["index"], b["kind"], tuple(map(tuple, parts)), tuple(map(tuple, reps)), b.get("file"),
-                         b.get("bytes"), b.get("suggested_throttle_bytes_per_s")))
+                         b.get("bytes"), b.get("suggested_throttle_bytes_per_s"), busiest))
     if [b.index for b in out] != list(range(len(out))):
         raise _bad(where, f"batch indexes must be 0..{len(out) - 1} in order, got {[b.index for b in out]}")
     return tuple(out)
@@ -432,3 +435,52 @@ def _check_batch_files(path: Path, batches: tuple[Batch, ...], listed: Mapping[i
         want = [(t, p, r) for (t, p), r in zip(b.partitions, b.replicas, strict=True)]
         if sorted(got) != sorted(want):
             raise _bad(f, f"does not hold exactly batch {b.index} of plan.json")
+
+
+# ---------------------------------------------------------------------------------------- apply schedule
+@dataclass(frozen=True)
+class BatchRate:
+    """A batch as apply will run it: the replication rate in force and how long its copy takes at it."""
+
+    index: int
+    kind: str
+    bytes: int | None
+    rate: int | None            # bytes/s per broker (Kafka's throttle is a broker rate); None: unthrottled
+    source: str                 # "throttle" (given) | "plan" (its suggestion) | "none" (full speed) | "no data"
+    seconds: float | None       # the busiest broker's bytes over the rate; None: unknown or unthrottled
+
+
+@dataclass(frozen=True)
+class ApplySchedule:
+    batches: tuple[BatchRate, ...]
+    seconds: float | None       # the copy time of the whole apply (None when a data batch has no rate or bytes)
+    unthrottled: tuple[int, ...]  # data batches that would copy with no rate
+    refusal: str | None         # why apply refuses (no rate and no explicit no_throttle), else None
+
+
+def apply_schedule(plan: Plan, throttle: int | None = None, no_throttle: bool = False) -> ApplySchedule:
+    """The rate each batch will copy at (`throttle`, else the plan's suggestion) and the estimated duration
+    of the whole apply (docs/APPLY.md "Throttles"). A data batch with no rate copies at full speed: apply
+    refuses that unless `no_throttle` says it is meant (an unthrottled copy of terabytes is how maintenance
+    takes clusters down)."""
+    rows, total, unthrottled = [], 0.0, []
+    for b in plan.batches:
+        if b.kind != "data" or b.bytes == 0:
+            rows.append(BatchRate(b.index, b.kind, b.bytes if b.kind == "data" else 0, None, "no data", 0.0))
+            continue
+        rate, source = (throttle, "throttle") if throttle is not None else (b.suggested_throttle_bytes_per_s, "plan")
+        if not rate:
+            rate, source = None, "none"
+            unthrottled.append(b.index)
+        busiest = b.max_broker_bytes if b.max_broker_bytes is not None else b.bytes
+        secs = busiest / rate if rate and busiest is not None else None
+        total = None if secs is None or total is None else total + secs
+        rows.append(BatchRate(b.index, b.kind, b.bytes, rate, source, secs))
+    refusal = None
+    if unthrottled and not no_throttle:
+        why = "the plan was made without partition sizes, so it suggests no rate" \
+            if plan.summary.get("bytes_moved") is None else "no rate was given or suggested"
+        refusal = (f"{len(unthrottled)} data batches of plan {plan.id[:19]}... would copy with no replication "
+                   f"throttle ({why}): give a throttle (--throttle RATE, e.g. 50MB), or say --no-throttle to copy "
+                   "at full speed on purpose")
+    return ApplySchedule(tuple(rows), total, tuple(unthrottled), refusal)

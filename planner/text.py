@@ -32,3 +32,39 @@ def show(value: Any, limit: int = 80) -> str:
     except (TypeError, ValueError):
         text = str(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def duration(seconds: float | None, unknown: str = "unknown") -> str:
+    """'45 s', '12 min', '3 h 05 min', '2 d 4 h'; `unknown` for None."""
+    if seconds is None:
+        return unknown
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    m = (s + 30) // 60
+    if m < 60:
+        return f"{m} min"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{h} h {m:02d} min"
+    d, h = divmod(h, 24)
+    return f"{d} d {h} h"
+
+
+def schedule_line(schedule) -> str:
+    """One line for a planner.plan_model.ApplySchedule: the rates data batches copy at and the estimate."""
+    data = [b for b in schedule.batches if b.source != "no data"]
+    if not data:
+        return "no data to copy (leadership only)"
+    rates = sorted({b.rate for b in data if b.rate})
+    parts = []
+    if rates:
+        shown = size(rates[0]) + "/s" if len(rates) == 1 else f"{size(rates[0])}/s to {size(rates[-1])}/s"
+        src = {b.source for b in data if b.rate}
+        parts.append(f"{sum(1 for b in data if b.rate)} data batches at {shown} "
+                     f"({'the throttle given' if src == {'throttle'} else 'the plan suggests'})")
+    if schedule.unthrottled:
+        parts.append(f"{len(schedule.unthrottled)} at FULL SPEED (no throttle)")
+    est = f"estimated copy time {duration(schedule.seconds)}" if schedule.seconds is not None else \
+        "copy time unknown (a batch has no rate or no known size)"
+    return "; ".join(parts) + "; " + est

@@ -121,7 +121,7 @@ def test_drain_applies_batches_in_order_with_kafka_style_throttles_then_verifies
         "topics/b": {"leader.replication.throttled.replicas": "1:4"}})
     # Applying it again changes nothing.
     tree = env.check.tree("/brokers")
-    assert env.kplan("apply", "--zk", env.connect, "--plan", str(tmp_path / "run" / "plan")) == 0
+    assert env.kplan("apply", "--no-throttle", "--zk", env.connect, "--plan", str(tmp_path / "run" / "plan")) == 0
     assert env.check.tree("/brokers") == tree
 
 
@@ -146,12 +146,12 @@ def test_bad_input_is_refused_before_connecting_and_writes_nothing(cluster, tmp_
     doc = json.loads((plan_dir / "plan.json").read_text())
     doc["moves"][0]["to"] = [2, 4]  # edited after review
     (plan_dir / "plan.json").write_text(json.dumps(doc))
-    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir)], 2, capsys, "does not match its id")
+    _no_writes(env, before, ["apply", "--no-throttle", "--zk", env.connect, "--plan", str(plan_dir)], 2, capsys, "does not match its id")
     drain_plan(plan_dir)
-    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(tmp_path / "nope")], 2, capsys, "nope")
-    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir), "--max-concurrent-per-broker",
+    _no_writes(env, before, ["apply", "--no-throttle", "--zk", env.connect, "--plan", str(tmp_path / "nope")], 2, capsys, "nope")
+    _no_writes(env, before, ["apply", "--no-throttle", "--zk", env.connect, "--plan", str(plan_dir), "--max-concurrent-per-broker",
                              "9"], 2, capsys, "lower that")
-    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir), "--poll", "0"], 2, capsys,
+    _no_writes(env, before, ["apply", "--no-throttle", "--zk", env.connect, "--plan", str(plan_dir), "--poll", "0"], 2, capsys,
                "poll must be positive")
     _no_writes(env, before, ["verify", "--zk", "not a host", "--plan", str(plan_dir)], 2, capsys, "connect string")
     with pytest.raises(SystemExit) as exc:
@@ -187,7 +187,7 @@ def test_stale_plan_is_refused_naming_the_partitions(cluster, tmp_path, capsys):
     write_plan(plan_dir, [("a", 0, [1, 3], [2, 3], 1000), ("a", 2, [3, 4], [4, 3], 0), ("b", 1, [4, 2], [4, 1], 1000)],
                [("leadership", [("a", 2, [4, 3])]), ("data", [("a", 0, [2, 3]), ("b", 1, [4, 1])])])
     before = env.check.tree()
-    text = _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys,
+    text = _no_writes(env, before, ["apply", "--no-throttle", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys,
                       "a-0 (plan expects [1, 3], cluster has [1, 2])", "no longer match")
     assert "a-2" not in text and "b-1" not in text
 
@@ -200,7 +200,7 @@ def test_foreign_or_malformed_reassignment_is_refused_and_left_untouched(cluster
     malformed = b'{"version":1,"partitions":[{"topic":"b","partition":1,"replicas":[4,2],"log_dirs":["any"]}]}'
     env.zk.create("/admin/reassign_partitions", malformed)
     before = env.check.tree()
-    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys,
+    _no_writes(env, before, ["apply", "--no-throttle", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys,
                "malformed", "untouched")
     assert env.zk.get("/admin/reassign_partitions")[0] == malformed
     env.zk.delete("/admin/reassign_partitions")  # the operator removes it
@@ -209,7 +209,7 @@ def test_foreign_or_malformed_reassignment_is_refused_and_left_untouched(cluster
                                                 b'"replicas":[3,9]}]}')
     poll(lambda: env.check.topic("a").get("adding_replicas"), what="the controller to start the foreign move")
     before = env.check.tree()
-    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys,
+    _no_writes(env, before, ["apply", "--no-throttle", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys,
                "not this run's", "a-2->[3, 9]")
 
 
@@ -222,7 +222,7 @@ def test_partitions_being_reassigned_without_the_znode_are_refused(cluster, tmp_
     poll(lambda: env.check.topic("b").get("adding_replicas"), what="the controller to start the move")
     env.zk.delete("/admin/reassign_partitions")  # gone, but b-0 is still adding broker 9
     before = env.check.tree()
-    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys,
+    _no_writes(env, before, ["apply", "--no-throttle", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys,
                "being reassigned by someone else", "b-0 (adding [9], removing [3])")
 
 
@@ -233,13 +233,13 @@ def test_unregistered_target_broker_and_kraft_migration_are_refused(cluster, tmp
     env.sb.kill([3])
     env.sb.wait_settled(30)
     before = env.check.tree()
-    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys,
+    _no_writes(env, before, ["apply", "--no-throttle", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys,
                "not registered", "broker 3 (2 partitions: a-0, b-0)")
     env.sb.start([3])
     env.sb.wait_settled(30)
     env.zk.create("/migration", b'{"version":0}')
     before = env.check.tree()
-    _no_writes(env, before, ["apply", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys, "KRaft")
+    _no_writes(env, before, ["apply", "--no-throttle", "--zk", env.connect, "--plan", str(plan_dir)], 1, capsys, "KRaft")
 
 
 def test_a_second_apply_is_refused_naming_the_holder(cluster, tmp_path, capsys):
@@ -253,7 +253,7 @@ def test_a_second_apply_is_refused_naming_the_holder(cluster, tmp_path, capsys):
                                          "--poll", "0.2"))
     poll(lambda: env.check.unit_states(doc)[1:2] == ["submitted"], what="the first apply's data batch in flight")
     capsys.readouterr()
-    assert env.kplan("apply", "--zk", env.connect, "--plan", str(other)) == 1
+    assert env.kplan("apply", "--no-throttle", "--zk", env.connect, "--plan", str(other)) == 1
     err = capsys.readouterr().err
     assert "another kplan holds the lock /kplan/lock: kplan apply of plan " + doc["id"] in err
     assert f"pid {__import__('os').getpid()}" in err

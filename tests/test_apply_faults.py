@@ -168,7 +168,7 @@ def test_cancel_stops_after_the_batch_in_flight(cluster, tmp_path):
     # batch 1 finished; batch 2's partitions stay where the leadership batch put them
     expect = {("a", 0): [2, 3], ("a", 1): [2, 1], ("b", 0): [3, 1]}
     env.check.assert_nothing_lost(rf_of(env.desc), expect)
-    assert env.kplan("apply", "--zk", env.connect, "--plan", str(plan_dir)) == 1  # a cancelled run stays cancelled
+    assert env.kplan("apply", "--no-throttle", "--zk", env.connect, "--plan", str(plan_dir)) == 1  # a cancelled run stays cancelled
 
 
 def test_cancel_revert_of_a_killed_apply_moves_the_batch_back(cluster, tmp_path):

@@ -343,6 +343,17 @@ CASES = [
         "--brokers", "3", "--state", "draining"], 2, "broker 3 is drained, not draining: nothing was cleared",
          zk=True),
 
+    # issue 18: brokers registered in ZooKeeper that do not answer DescribeLogDirs (here their hosts do not
+    # resolve): the snapshot names them instead of coming out count-only
+    Case("snapshot-brokers-unreachable", lambda c: ["snapshot", "--zk", c.load(SEED), "--out", str(c.out),
+                                                    "--kafka-timeout", "2"],
+         2, "no registered broker answered DescribeLogDirs over PLAINTEXT (broker 1 at broker-1:9092", zk=True),
+    Case("snapshot-sizes-and-no-sizes", lambda c: ["snapshot", "--zk", "127.0.0.1:1", "--out", str(c.out),
+                                                   "--sizes", str(_sizes(c, {"payments-0": 1})), "--no-sizes"],
+         2, "give either --sizes FILE or --no-sizes, not both"),
+    Case("apply-copy-with-no-rate", lambda c: ["apply", "--zk", "127.0.0.1:1", "--plan",
+                                               str(c.plan(c.snapshot(), [ReassignEntry("payments", 0, (2,))]))],
+         2, "1 data batches of plan sha256:"),
 ]
 
 
@@ -565,3 +576,14 @@ def test_sandbox_workload_on_the_emulated_engine_is_refused(tmp_path, capsys):
         assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "zookeeper" not in p.parts) == before
     finally:
         assert cli.main(["sandbox", "down", "--dir", str(d)]) == 0
+
+
+def test_a_zero_throttle_is_refused_naming_the_way_to_copy_unthrottled(tmp_path, capsys):
+    plan = Ctx(tmp_path).plan(Ctx(tmp_path).snapshot(), [ReassignEntry("payments", 0, (2,))])
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(SystemExit) as e:
+        cli.main(["apply", "--zk", "127.0.0.1:1", "--plan", str(plan), "--throttle", "0"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --throttle: a throttle of 0 would stall the copy" in err and "--no-throttle" in err
+    assert sorted(tmp_path.rglob("*")) == before

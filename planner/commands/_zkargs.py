@@ -22,6 +22,9 @@ def add_zk(p: argparse.ArgumentParser) -> None:
 def rate(text: str) -> int:
     """Bytes per second: 50000000, 50MB, 50MiB (optionally followed by /s)."""
     m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)(i?b)?(/s)?\s*", text, re.IGNORECASE)
+    if m and int(m.group(1)) == 0:
+        raise argparse.ArgumentTypeError("a throttle of 0 would stall the copy (to copy without a throttle, say "
+                                         "--no-throttle)")
     if not m or int(m.group(1)) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a rate in bytes/s (e.g. 50000000, 50MB, 40MiB)")
     base = 1024 if (m.group(3) or "").lower() == "ib" else 1000

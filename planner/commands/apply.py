@@ -19,9 +19,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "cluster. An interrupted apply run again resumes where it stopped.")
     add_zk(p)
     p.add_argument("--plan", required=True, metavar="P", help="plan folder (kplan plan ... --out P)")
-    p.add_argument("--throttle", type=rate, metavar="RATE",
+    t = p.add_mutually_exclusive_group()
+    t.add_argument("--throttle", type=rate, metavar="RATE",
                    help="replication throttle in bytes/s for the data batches (e.g. 50MB); default: the "
-                   "plan's suggestion per batch, if any, else unthrottled")
+                   "plan's suggestion per batch. A data batch with neither is refused unless --no-throttle")
+    t.add_argument("--no-throttle", action="store_true",
+                   help="copy batches that have no rate (no --throttle, no suggestion: a plan without sizes) at "
+                   "full speed, on purpose")
     p.add_argument("--max-concurrent-per-broker", type=int, metavar="N",
                    help="split the plan's batches so that no broker takes part in more than N moves at once "
                    "(at most the plan's own limit)")
@@ -49,9 +53,16 @@ def _run(args: argparse.Namespace) -> int:
 
     req = api.ApplyRequest(zk=args.zk, plan=Path(args.plan), out=Path(args.out) if args.out else None,
                            auth=zkmod.auth_from_env(args.zk_auth_env), timeout=args.connect_timeout,
-                           throttle=args.throttle, dry_run=args.dry_run,
+                           throttle=args.throttle, no_throttle=args.no_throttle, dry_run=args.dry_run,
                            max_concurrent_per_broker=args.max_concurrent_per_broker, poll=args.poll,
                            wait=args.timeout, lock_wait=args.lock_wait, reason=args.reason)
+    if not args.dry_run:
+        from planner.text import schedule_line
+
+        plan = api.read_plan(req.plan)
+        sched = api.apply_schedule(plan, req.throttle, req.no_throttle)
+        if sched.refusal is None:
+            print(f"kplan apply: {schedule_line(sched)}", file=sys.stderr, flush=True)
     line = ProgressLine()
     try:
         outcome = api.apply(req, progress=None if args.dry_run else line)

@@ -117,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         outcome = api.plan_rebalance(api.RebalanceRequest(max_moves=args.max_moves, max_bytes=args.max_bytes,
                                                           balance=args.balance, **common), progress=progress)
-    _print_summary(outcome.plan.doc, outcome.solve)
+    _print_summary(outcome.plan.doc, outcome.solve, outcome.plan)
     return 0
 
 
@@ -142,7 +142,7 @@ def _disk_lines(doc: Mapping[str, Any]) -> list[str]:
             f"limit {100 * limit:g}% of capacity, at every batch boundary too"] if who is not None else []
 
 
-def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any]) -> None:
+def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any], plan: Any) -> None:
     s = doc["summary"]
     b, a = doc["before"], doc["after"]
     p = doc["parameters"]
@@ -197,6 +197,11 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any]) -> None:
                      f"({u['no_longer_matching']} no longer match the cluster, {u['held_back']} held back), "
                      f"{u['balanced_moves']} replicas balanced onto it; share {share}"
                      + ("" if u.get("drain_plan") else "; no drain plan found: balanced only"))
+    from planner.plan_model import apply_schedule
+    from planner.text import schedule_line
+
+    sched = apply_schedule(plan, None, no_throttle=True)
+    lines.append(f"  apply at the suggested rates: {schedule_line(sched)}")
     for h in doc["hot_spots"]["brokers"]:
         lines.append(f"  HOT SPOT           broker {h['broker']} ({h['rack']}): {h['excess_pct']:+.1f}% "
                      f"{h['metric']} vs the mean; {h['reason']}: {h['detail']}")

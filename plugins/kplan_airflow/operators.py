@@ -364,13 +364,16 @@ class PublishOperator(BaseOperator):
     plan's target. A plan with no moves skips the rest of the run: there is nothing to apply."""
 
     template_fields: Sequence[str] = ("require_approval", "auto_approve_max_moves", "auto_approve_max_bytes",
-                                      "auto_approve_max_risk")
+                                      "auto_approve_max_risk", "throttle", "no_throttle")
     ui_color = "#f5e8fd"
 
     def __init__(self, *, require_approval: Any = True, auto_approve_max_moves: Any = None,
                  auto_approve_max_bytes: Any = None, auto_approve_max_risk: str | None = None,
-                 approval_task_id: str = "approve", **kwargs: Any) -> None:
+                 approval_task_id: str = "approve", throttle: Any = None, no_throttle: Any = False,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.throttle = throttle
+        self.no_throttle = no_throttle
         self.require_approval = require_approval
         self.auto_approve_max_moves = auto_approve_max_moves
         self.auto_approve_max_bytes = auto_approve_max_bytes
@@ -412,6 +415,14 @@ class PublishOperator(BaseOperator):
                   "replica_moves": plan.summary.get("replica_moves"), "bytes_moved": plan.summary.get("bytes_moved"),
                   "risk_before": before_level, "risk_after": after_level,
                   "created": (plan.snapshot or {}).get("taken_at"), "approval_task_id": self.approval_task_id}
+        # the rates apply will copy at, and its refusal of a copy with no rate, before anyone is asked to approve
+        schedule = api.apply_schedule(plan, _opt_int(self.throttle), _truthy(self.no_throttle))
+        record["throttle"] = _opt_int(self.throttle)
+        record["no_throttle"] = _truthy(self.no_throttle)
+        if plan.moves and schedule.refusal:
+            runs.update_review(run, **record, status="refused: no throttle")
+            raise AirflowFailException(schedule.refusal.replace("--throttle RATE", "the throttle param")
+                                       .replace("--no-throttle", "the no_throttle param"))
         if not plan.moves:
             runs.update_review(run, **record, status="nothing to do")
             raise AirflowSkipException(f"plan {plan.id} has no moves: the cluster is already as asked; "
@@ -422,7 +433,7 @@ class PublishOperator(BaseOperator):
         runs.update_review(run, **record, status="awaiting approval" if reason else "auto-approved",
                            review_reason=shown)
         subject = f"{sm.title(plan)}: apply plan {plan.id[7:19]}? ({plan.summary.get('replica_moves')} replica moves)"
-        body = sm.approval_body(plan, pairs, url, shown)
+        body = sm.approval_body(plan, pairs, url, shown, schedule)
         self.log.info("%s\n%s", subject, sm.text_report(plan, pairs))
         return {"plan_id": plan.id, "subject": subject, "body": body, "require_approval": bool(reason),
                 "reason": reason, "url": url}
@@ -470,11 +481,12 @@ class ApplyOperator(BaseOperator):
     by Airflow: a second apply of the same plan resumes where the first stopped, so run it again by hand
     (clear the task) once the cause is understood. Runs in the apply pool (one apply at a time)."""
 
-    template_fields: Sequence[str] = ("zk_conn_id", "throttle", "max_concurrent_per_broker", "reason")
+    template_fields: Sequence[str] = ("zk_conn_id", "throttle", "max_concurrent_per_broker", "reason", "no_throttle")
     ui_color = "#fde8e8"
 
     def __init__(self, *, zk_conn_id: str = "zookeeper_default", throttle: Any = None,
                  max_concurrent_per_broker: Any = None, publish_task_id: str = "publish", reason: Any = None,
+                 no_throttle: Any = False,
                  **kwargs: Any) -> None:
         kwargs["retries"] = 0
         kwargs.setdefault("pool", runs.apply_pool())
@@ -484,6 +496,7 @@ class ApplyOperator(BaseOperator):
         self.max_concurrent_per_broker = max_concurrent_per_broker
         self.publish_task_id = publish_task_id
         self.reason = reason
+        self.no_throttle = no_throttle
 
     def execute(self, context: Context) -> dict[str, Any]:
         run = run_folder(context)
@@ -495,7 +508,7 @@ class ApplyOperator(BaseOperator):
                 "refusing to apply a plan nobody approved")))
         target = _zk(self.zk_conn_id)
         fields = {"zk": target.connect, "plan": run.plan, "out": run.apply, "auth": target.auth,
-                  "throttle": _opt_int(self.throttle),
+                  "throttle": _opt_int(self.throttle), "no_throttle": _truthy(self.no_throttle),
                   "max_concurrent_per_broker": _opt_int(self.max_concurrent_per_broker),
                   # recorded with a drain's / return's brokers' maintenance state (kplan brokers shows it)
                   "reason": _reason(self.reason, context)}

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from planner.api import human_duration as api_duration
 from planner.api import human_size
 from planner.plan_model import is_hot_spot_warning
 
@@ -161,8 +162,31 @@ def _cell(f: Mapping[str, Any] | None) -> str:
     return f"**{str(f['level']).upper()}**" + (f" ({', '.join(parts)})" if parts else "")
 
 
+def schedule_lines(schedule: Any, limit: int = 8) -> list[str]:
+    """Markdown: each data batch's effective rate and copy time, and the estimated duration of the apply."""
+    if schedule is None:
+        return []
+    data = [b for b in schedule.batches if b.source != "no data"]
+    if not data:
+        return ["- apply: leadership only, no data copied"]
+    est = human_duration(schedule.seconds) if schedule.seconds is not None else "unknown"
+    out = [f"- apply: **estimated copy time {est}** over {len(data)} data batches (each batch's busiest "
+           "broker's bytes at its rate)"]
+    for b in data[:limit]:
+        rate = f"{human_bytes(b.rate)}/s ({'throttle given' if b.source == 'throttle' else 'plan suggestion'})" \
+            if b.rate else "**FULL SPEED, no throttle**"
+        out.append(f"  - batch {b.index}: {human_bytes(b.bytes)} at {rate}, ~{human_duration(b.seconds)}")
+    if len(data) > limit:
+        out.append(f"  - … {len(data) - limit} more batches on the plan page")
+    return out
+
+
+def human_duration(seconds: float | None) -> str:
+    return api_duration(seconds)
+
+
 def approval_body(plan: Any, pairs: list[dict[str, Any]], url: str | None, reason: str | None = None,
-                  limit: int = 12) -> str:
+                  schedule: Any = None, limit: int = 12) -> str:
     """Markdown for the ApprovalOperator: plan summary, risk before/after, link to the plan page."""
     f = plan_figures(plan)
     lines = [
@@ -175,6 +199,7 @@ def approval_body(plan: Any, pairs: list[dict[str, Any]], url: str | None, reaso
         f"{f['leader_spread'][0]} → {f['leader_spread'][1]}",
         f"- batches: {f['leadership_batches']} leadership + {f['data_batches']} data "
         f"(at most {f['max_concurrent_per_broker']} moves per broker at a time)",
+        *schedule_lines(schedule),
     ]
     for line in maintenance_lines(f):
         lines.append(f"- 🛠 {line}")

@@ -110,6 +110,9 @@ def plan_page(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
     before = runs.read_json(folder.risk / "summary.json")
     after = runs.read_json(folder.risk_after / "summary.json")
     sizes = {(m.topic, m.partition): m.bytes for m in plan.moves}
+    # the rates apply copies at: the run's throttle (its review record) or the plan's suggestion
+    schedule = api.apply_schedule(plan, review.get("throttle"), True)
+    rates = {r.index: r for r in schedule.batches}
     batches = []
     for b in plan.batches:
         nbytes = b.bytes
@@ -118,7 +121,12 @@ def plan_page(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
             nbytes = sum(x for x in known if x) if b.kind == "data" and None not in known else None
         batches.append({"index": b.index, "kind": b.kind, "partitions": len(b.partitions), "bytes": nbytes,
                         "file": b.file or f"batch-{b.index:03d}.json",
-                        "throttle": b.suggested_throttle_bytes_per_s})
+                        "throttle": b.suggested_throttle_bytes_per_s,
+                        "rate": rates[b.index].rate, "rate_source": rates[b.index].source,
+                        "seconds": rates[b.index].seconds,
+                        "duration": api.human_duration(rates[b.index].seconds, "")})
+    figures_apply = {"seconds": schedule.seconds, "duration": api.human_duration(schedule.seconds),
+                     "unthrottled": len(schedule.unthrottled)}
     figures = sm.plan_figures(plan)
     figures["leadership_text"] = sm.leadership_line(figures)
     figures["maintenance_lines"] = sm.maintenance_lines(figures)
@@ -129,6 +137,7 @@ def plan_page(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
         "risk_levels": {"before": (after or before or {}).get("level_by_state", {}).get("current"),
                         "after": (after or {}).get("level_by_state", {}).get("plan")},
         "brokers": _per_broker(plan), "batches": batches, "moves_total": len(plan.moves),
+        "apply": figures_apply,
         "snapshot": dict(plan.snapshot), "parameters": json.loads(json.dumps(dict(plan.parameters), default=str)),
         "progress": progress(root, dag_key, run_key),
     }
