@@ -50,7 +50,9 @@ def tree_rss(proc: psutil.Process) -> int:
 
 
 def run_snapshot(connect: str, out: Path, workers: int, read_mode: str) -> dict:
-    cmd = [sys.executable, "-m", "planner.cli", "snapshot", "--zk", connect, "--out", str(out),
+    # --no-sizes: the brokers loaded here are registrations only, with nothing listening (bench_sizes.py measures
+    # the snapshot with sizes read from the brokers, on the emulated engine)
+    cmd = [sys.executable, "-m", "planner.cli", "snapshot", "--zk", connect, "--out", str(out), "--no-sizes",
            "--workers", str(workers), "--read-mode", read_mode]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

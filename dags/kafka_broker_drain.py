@@ -71,6 +71,9 @@ with DAG(
         "require_approval": Param(True, type="boolean", title="Require approval"),
         "verify_timeout": Param(1800, type="integer", minimum=1, title="Verify timeout (s)"),
         "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
+        "sizes_from": Param("brokers", enum=["brokers", "none"], title="Sizes from",
+                            description="brokers = partition sizes and disk capacity from the brokers' "
+                            "DescribeLogDirs; none = count-only (the plan then needs a throttle or no_throttle)"),
         "kafka_conn_id": Param(None, type=["null", "string"], title="Kafka connection",
                                description="Apache Kafka connection (security.protocol, SASL, SSL) through which "
                                "the brokers are asked for sizes and disk capacity; empty = PLAINTEXT"),
@@ -80,7 +83,8 @@ with DAG(
 ) as dag:
     snapshot = SnapshotOperator(task_id="snapshot", zk_conn_id="{{ params.zk_conn_id }}",
                                 sizes="{{ params.sizes }}",
-                                kafka_conn_id="{{ params.kafka_conn_id }}", **READ_ONLY)
+                                kafka_conn_id="{{ params.kafka_conn_id }}", sizes_from="{{ params.sizes_from }}",
+                                **READ_ONLY)
     risk = RiskOperator(task_id="risk", drains="{{ params.brokers }}", mode="{{ params.shutdown_mode }}",
                         all_brokers="{{ params.sweep }}", all_racks="{{ params.sweep }}", **READ_ONLY)
     plan = DrainPlanOperator(task_id="plan", brokers="{{ params.brokers }}",

@@ -60,6 +60,9 @@ with DAG(
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),
         "verify_timeout": Param(3600, type="integer", minimum=1, title="Verify timeout (s)"),
         "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
+        "sizes_from": Param("brokers", enum=["brokers", "none"], title="Sizes from",
+                            description="brokers = partition sizes and disk capacity from the brokers' "
+                            "DescribeLogDirs; none = count-only (the plan then needs a throttle or no_throttle)"),
         "kafka_conn_id": Param(None, type=["null", "string"], title="Kafka connection",
                                description="Apache Kafka connection (security.protocol, SASL, SSL) through which "
                                "the brokers are asked for sizes and disk capacity; empty = PLAINTEXT"),
@@ -67,7 +70,8 @@ with DAG(
     },
 ) as dag:
     snapshot = SnapshotOperator(task_id="snapshot", zk_conn_id="{{ params.zk_conn_id }}",
-                                sizes="{{ params.sizes }}", **READ_ONLY)
+                                sizes="{{ params.sizes }}", kafka_conn_id="{{ params.kafka_conn_id }}",
+                                sizes_from="{{ params.sizes_from }}", **READ_ONLY)
     idle = IdleCheckOperator(task_id="check_idle", busy_dag_ids=["kafka_broker_drain", "kafka_broker_return",
                                                                  "kafka_broker_restart"], **READ_ONLY)
     plan = RebalancePlanOperator(task_id="plan", max_moves="{{ params.max_moves }}",

@@ -103,6 +103,7 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
         "max_topic_leaders_per_broker_after": quality["max_topic_leaders_per_broker_after"],
         "topics_over_ceil_partitions_per_broker": quality["topics_over_ceil_partitions_per_broker"],
         "alternative": dict(res.alternative),
+        "bytes_led_swaps": res.leader_bytes_swaps,
     }
     if res.params.kind == "drain":
         placement = {"method": "min-cost flow (all drained brokers jointly)", "status": "OPTIMAL"}

@@ -425,7 +425,7 @@ def test_digest_auth(zk_server, zk_chroot, tmp_path, monkeypatch, capsys):
         connect = zk_server.connect_string + zk_chroot
         monkeypatch.setenv("MY_ZK_AUTH", "kplan:s3cret")
         assert cli.main(["snapshot", "--zk", connect, "--out", str(tmp_path / "ok"), "--zk-auth-env",
-                         "MY_ZK_AUTH"]) == 0
+                         "MY_ZK_AUTH", "--no-sizes"]) == 0
         assert "s3cret" not in (tmp_path / "ok" / "manifest.json").read_text()
         assert sio.read_snapshot(tmp_path / "ok").partitions.column("leader").to_pylist() == [1]
         monkeypatch.setenv("KPLAN_ZK_AUTH", "kplan:wrong")
@@ -467,7 +467,7 @@ def test_failed_snapshot_leaves_no_manifest(zk_client, zk_connect, tmp_path):
 
 def test_cli_summary(zk_client, zk_connect, tmp_path, capsys):
     loader.load_cluster(zk_client, VARIED)
-    assert cli.main(["snapshot", "--zk", zk_connect, "--out", str(tmp_path / "s")]) == 0
+    assert cli.main(["snapshot", "--zk", zk_connect, "--out", str(tmp_path / "s"), "--no-sizes"]) == 0
     out, err = capsys.readouterr()
     assert "brokers alive   5 (no rack: 4; r1: 1,3; r2: 2,5)" in out
     assert "brokers dead    1 (no rack: 9)" in out

@@ -61,8 +61,8 @@ def _run(args: argparse.Namespace) -> int:
 
         plan = api.read_plan(req.plan)
         sched = api.apply_schedule(plan, req.throttle, req.no_throttle)
-        if sched.refusal is None:
-            print(f"kplan apply: {schedule_line(sched)}", file=sys.stderr, flush=True)
+        if sched.refusal is None:       # what it is about to do, before the progress line starts
+            print(f"apply: {schedule_line(sched)}", flush=True)
     line = ProgressLine()
     try:
         outcome = api.apply(req, progress=None if args.dry_run else line)

@@ -173,6 +173,10 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any], plan: Any) 
     if "bytes_max_deviation_pct" in a:
         lines.append(f"  bytes vs mean      max deviation {b['bytes_max_deviation_pct']}% -> "
                      f"{a['bytes_max_deviation_pct']}%")
+    if "bytes_led_spread" in a:
+        lines.append(f"  bytes led          spread {_human(b['bytes_led_spread'])} -> {_human(a['bytes_led_spread'])} "
+                     f"({doc['leadership'].get('bytes_led_swaps', 0)} same-topic leadership swaps, counts "
+                     "unchanged)")
     lines.extend(_disk_lines(doc))
     nlead = sum(1 for x in doc["batches"] if x["kind"] == "leadership")
     lines.append(f"  batches            {nlead} leadership + {s['batches'] - nlead} data "

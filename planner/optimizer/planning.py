@@ -18,6 +18,7 @@ from planner.optimizer import capacity
 from planner.optimizer.batches import Batch, changed_sets, make_batches
 from planner.optimizer.checks import verify_plan
 from planner.optimizer.drain import place_drain
+from planner.optimizer.leader_bytes import level_bytes_led
 from planner.optimizer.leaders import LeaderResult, choose_leaders, necessary_changes
 from planner.optimizer.problem import Problem
 from planner.optimizer.rebalance import RebalanceInfo, place_rebalance
@@ -93,6 +94,7 @@ class PlanResult:
     warnings: list[str]
     returned: ReturnInfo | None = None   # a return plan's undo / balance figures
     left_out: np.ndarray | None = None   # (B,) bool: brokers in maintenance this plan gives nothing
+    leader_bytes_swaps: int = 0  # same-topic leadership swaps that levelled bytes led (optimizer/leader_bytes.py)
 
     @property
     def changed(self) -> np.ndarray:
@@ -169,8 +171,12 @@ def make_plan(pb: Problem, params: Params, progress: Callable[[str], None] | Non
     say(f"ordering preferred leaders, scope {scope} (max flow + min-cost flow)")
     lr = choose_leaders(pb, placed, eligible, scope_rows(pb, placed, scope),
                         max_changes=params.max_leader_changes)
+    active = scope_rows(pb, placed, scope)
     if returned is not None and len(returned.undo_rows):
         lr = _keep_order(pb, placed, eligible, lr, returned.undo_rows)
+        active = active.copy()
+        active[returned.undo_rows] = False      # their order is the one from before the drain: kept
+    lr, swaps = _level_leader_bytes(pb, lr, eligible, active, params.max_leader_changes, scope)
     timings["leaders_s"] = time.perf_counter() - t
     t = time.perf_counter()
     other = "all" if scope == "touched" else "touched"
@@ -188,7 +194,7 @@ def make_plan(pb: Problem, params: Params, progress: Callable[[str], None] | Non
     warnings.extend(disk_warnings(pb, lr.ordered))
     timings["checks_batches_s"] = time.perf_counter() - t
     return PlanResult(pb, params, drained, eligible, placed, lr.ordered, lr.topic_bound, lr.method, lr,
-                      alternative, batches, info, timings, warnings, returned, left_out)
+                      alternative, batches, info, timings, warnings, returned, left_out, swaps)
 
 
 def _left_out_text(pb: Problem, broker: int) -> str:
@@ -208,6 +214,21 @@ def _keep_order(pb: Problem, placed: np.ndarray, eligible: np.ndarray, lr: Leade
     necessary = int((changed & needed).sum())
     leader = np.where(ordered[:, 0] >= 0, ordered[:, 0], -1) if ordered.shape[1] else lr.leader
     return LeaderResult(ordered, leader, lr.topic_bound, changes, lr.method, necessary, changes - necessary)
+
+
+def _level_leader_bytes(pb: Problem, lr: LeaderResult, eligible: np.ndarray, active: np.ndarray,
+                        max_changes: int | None, scope: str) -> tuple[LeaderResult, int]:
+    """Leader load as the last leader objective (optimizer/leader_bytes.py): same-topic leadership swaps that
+    level bytes led without changing any replica or leader count (swaps that add no preferred-leader change
+    first; within the leader-change budget when one is given; none that add a change with scope touched)."""
+    # scope touched promises the least leadership churn: there only swaps that add no change are taken
+    budget = max(0, max_changes - lr.changes) if max_changes is not None else (0 if scope == "touched" else None)
+    ordered, swaps = level_bytes_led(pb, lr.ordered, eligible, active, budget=budget)
+    if not swaps:
+        return lr, 0
+    changes = int((ordered[:, 0] != pb.replicas[:, 0]).sum())
+    return replace(lr, ordered=ordered, leader=ordered[:, 0].copy(), changes=changes,
+                   optional=changes - lr.necessary), swaps
 
 
 def disk_warnings(pb: Problem, final: np.ndarray) -> list[str]:
@@ -277,6 +298,11 @@ def broker_figures(pb: Problem, matrix: np.ndarray, eligible: np.ndarray) -> dic
         mean = float(e.mean()) if len(e) else 0.0
         out["bytes"] = by.tolist()
         out["bytes_max_deviation_pct"] = round(100.0 * float(np.abs(e - mean).max()) / mean, 3) if mean else 0.0
+        lead_rows = matrix[:, 0] >= 0 if matrix.shape[1] else np.zeros(len(matrix), bool)
+        led = np.bincount(matrix[lead_rows, 0], weights=np.maximum(pb.sizes[lead_rows], 0),
+                          minlength=B).astype(np.int64)
+        out["bytes_led"] = led.tolist()
+        out["bytes_led_spread"] = _spread(led[eligible])
     if (pb.capacity_bytes >= 0).any():
         used = capacity.usage_after(pb, matrix) if pb.sizes_known else pb.disk_used_bytes
         out["disk_used_bytes"] = [int(x) if x >= 0 else None for x in used.tolist()]

@@ -175,6 +175,15 @@ class Sandbox:
         """Log-end offsets of (topic, partition)s from their leaders; kafka engine only."""
         return self._kafka().log_end_offsets(partitions)
 
+    @property
+    def kafka_sasl(self) -> dict[str, str] | None:
+        """The SASL_PLAINTEXT listener's PLAIN user of a kafka sandbox started with sasl=True (its password is
+        the sandbox's own, in the private sandbox.json): mechanism, username, password."""
+        return self._kafka().kinfo.get("sasl")
+
+    def kafka_endpoints(self, protocol: str = "PLAINTEXT") -> dict[int, str]:
+        return self._kafka().endpoints(protocol)
+
     def log_dirs(self) -> dict[str, Any]:
         """Partition sizes on the brokers' disks, in `kafka-log-dirs --describe` format; kafka engine only."""
         return self._kafka().log_dirs()
@@ -294,7 +303,7 @@ class Sandbox:
            preset: str | None = None, seed: int = 0, zk: str | None = None, chroot: str | None = None,
            timeout: float = 600, zk_heap_mb: int = 1024, engine: str = "emulated",
            kafka_version: str = KAFKA_VERSION, broker_heap_mb: int = 256, data_bytes: int | None = None,
-           data_scale: float | None = None, kafka_settings: dict[str, str] | None = None,
+           data_scale: float | None = None, kafka_settings: dict[str, str] | None = None, sasl: bool = False,
            **timing: Any) -> Sandbox:
         """Start a sandbox in `directory`. Real brokers (engine="kafka"): `kafka_version` (jars fetched once
         from Maven Central), `broker_heap_mb` per JVM, data produced = described sizes x `data_scale`, or
@@ -305,6 +314,8 @@ class Sandbox:
         settings = Timing.from_kwargs(**timing)
         if engine not in ENGINES:
             raise BadInput(f"unknown sandbox engine {engine!r} (known: {', '.join(ENGINES)})")
+        if sasl and engine != "kafka":
+            raise BadInput("sasl (a SASL_PLAINTEXT listener) is an option of the kafka engine")
         if (directory / SANDBOX_FILE).exists():
             existing = Sandbox(directory)
             if existing.daemon_alive() or existing._kafka_alive():
@@ -370,7 +381,7 @@ class Sandbox:
                     raise BadInput(f"ZooKeeper {info['connect']} already holds a Kafka cluster; give a fresh chroot")
                 if engine == "kafka":
                     return cls._up_kafka(directory, info, desc, jars, broker_heap_mb, data_bytes, data_scale,
-                                         kafka_settings, timeout)
+                                         kafka_settings, timeout, sasl)
                 loader.load_cluster(client, desc, brokers=False, controller=False)
                 if client.exists(codec.CONTROLLER_EPOCH) is None:
                     client.create(codec.CONTROLLER_EPOCH, codec.encode_controller_epoch(desc.controller_epoch))
@@ -418,12 +429,14 @@ class Sandbox:
     @classmethod
     def _up_kafka(cls, directory: Path, info: dict[str, Any], desc: Cluster, jars: Any, heap_mb: int,
                   data_bytes: int | None, data_scale: float | None, settings: dict[str, str] | None,
-                  timeout: float) -> Sandbox:
+                  timeout: float, sasl: bool = False) -> Sandbox:
         from planner.sandbox.kafka_engine import KafkaEngine, broker_records, scaled_sizes, write_info
 
         sizes, scale = scaled_sizes(desc, data_bytes, data_scale)
         info["kafka"] = {"version": jars.version, "lib": str(jars.lib), "heap_mb": heap_mb,
-                         "extra_settings": dict(settings or {}), "brokers": broker_records(directory, desc),
+                         "extra_settings": dict(settings or {}), "brokers": broker_records(directory, desc, sasl),
+                         "sasl": {"mechanism": "PLAIN", "username": "kplan", "password": secrets.token_hex(12)}
+                         if sasl else None,
                          "data": {"scale": scale, "bytes": sum(sizes.values())}}
         write_info(directory, info)
         engine = KafkaEngine(directory, info)

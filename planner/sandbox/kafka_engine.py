@@ -356,12 +356,16 @@ class KafkaEngine:
                                            t.auto_rebalance, t.rebalance_interval, t.imbalance_pct,
                                            t.unclean_default)
         settings.update(self.kinfo.get("extra_settings", {}))
+        sasl = self.kinfo.get("sasl") or {}
         return kbroker.BrokerSpec(rec.id, rec.dir, rec.port, self.info["connect"], rec.rack,
-                                  int(self.kinfo.get("heap_mb", 256)), settings)
+                                  int(self.kinfo.get("heap_mb", 256)), settings,
+                                  sasl_port=self.kinfo["brokers"][str(rec.id)].get("sasl_port"),
+                                  sasl_users={sasl["username"]: sasl["password"]} if sasl else {})
 
     def _launch(self, recs: list[BrokerRecord]) -> None:
         cp = self.jars().classpath
         for rec in recs:
+            mount_log_dir(self.kinfo["brokers"][str(rec.id)])
             spec = self.spec(rec)
             kbroker.write_config(spec)
             proc = kbroker.launch(spec, cp)
@@ -596,7 +600,7 @@ class KafkaEngine:
             if now > deadline:
                 raise KafkaSandboxError(f"broker JVMs of {self.directory} kept appearing for {timeout:.0f}s")
             time.sleep(0.1)
-        return {"brokers_killed": sorted(killed)}
+        return {"brokers_killed": sorted(killed), "volumes_unmounted": unmount_log_dirs(self.directory)}
 
     # --------------------------------------------------------------------------------------- data
     def produce(self, sizes: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
@@ -607,6 +611,11 @@ class KafkaEngine:
 
     def log_dirs(self) -> dict[str, Any]:
         return kdata.log_dirs_report({r.id: r.dir / "data" for r in self.records().values()})
+
+    def endpoints(self, protocol: str = "PLAINTEXT") -> dict[int, str]:
+        """Each broker's listener of that protocol, host:port."""
+        key = "port" if protocol == "PLAINTEXT" else "sasl_port"
+        return {int(b): f"127.0.0.1:{d[key]}" for b, d in self.kinfo["brokers"].items() if d.get(key)}
 
 
 @contextmanager
@@ -666,10 +675,53 @@ def shutdown_report(server_log: Path, offset: int = 0) -> dict[str, Any]:
             "unclean_shutdown": bool(_UNCLEAN.search(text))}
 
 
-def broker_records(directory: Path, desc: Cluster) -> dict[str, dict[str, Any]]:
+def broker_records(directory: Path, desc: Cluster, sasl: bool = False) -> dict[str, dict[str, Any]]:
     out = {}
     for b in desc.brokers:
         out[str(b.id)] = {"dir": str(directory / KAFKA_DIR / f"broker-{b.id}"), "port": free_port(),
-                          "rack": b.rack, "pid": None, "state": STOPPED}
+                          "rack": b.rack, "pid": None, "state": STOPPED,
+                          "sasl_port": free_port() if sasl else None, "disk_bytes": b.disk_bytes}
     return out
+
+
+# ------------------------------------------------------------------------------------ log-dir volumes
+def mount_log_dir(rec: dict[str, Any]) -> None:
+    """A broker described with `disk_bytes` gets its own volume of exactly that size (a tmpfs mounted on its
+    log dir), so DescribeLogDirs reports that TotalBytes and a full disk is real. Needs mount rights (root)."""
+    size = rec.get("disk_bytes")
+    if not size:
+        return
+    data = Path(rec["dir"]) / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    if _mounted(data):
+        return
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size)},mode=0755", "tmpfs", str(data)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise BadInput(f"disk_bytes for the kafka engine mounts a tmpfs on each broker's log dir, which failed: "
+                       f"{done.stderr.strip() or done.returncode} (needs root)")
+
+
+def unmount_log_dirs(directory: Path) -> list[str]:
+    """Unmount every volume `mount_log_dir` put under this sandbox (by /proc/mounts, so it works after a crash)."""
+    prefix = str((directory / KAFKA_DIR).resolve()) + "/"
+    done = []
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return done
+    for line in mounts:
+        parts = line.split()
+        if len(parts) > 2 and parts[2] == "tmpfs" and parts[1].startswith(prefix):
+            if subprocess.run(["umount", parts[1]], capture_output=True).returncode == 0:
+                done.append(parts[1])
+    return done
+
+
+def _mounted(path: Path) -> bool:
+    try:
+        target = str(path.resolve())
+        return any(line.split()[1] == target for line in Path("/proc/mounts").read_text().splitlines())
+    except (OSError, IndexError):
+        return False
 

@@ -103,13 +103,15 @@ class SnapshotOperator(BaseOperator):
     `kafka`, its extra the librdkafka config: security.protocol, sasl.mechanism, sasl.username,
     sasl.password, ssl.*); none: PLAINTEXT. Its secrets go only to the Kafka client."""
 
-    template_fields: Sequence[str] = ("zk_conn_id", "sizes", "timeout", "kafka_conn_id")
+    template_fields: Sequence[str] = ("zk_conn_id", "sizes", "timeout", "kafka_conn_id", "sizes_from")
     ui_color = "#e8f4fd"
 
     def __init__(self, *, zk_conn_id: str = "zookeeper_default", sizes: str | None = None,
-                 timeout: float = 10.0, kafka_conn_id: str | None = None, **kwargs: Any) -> None:
+                 timeout: float = 10.0, kafka_conn_id: str | None = None, sizes_from: str = "brokers",
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.kafka_conn_id = kafka_conn_id
+        self.sizes_from = sizes_from
         self.zk_conn_id = zk_conn_id
         self.sizes = sizes
         self.timeout = timeout
@@ -124,7 +126,7 @@ class SnapshotOperator(BaseOperator):
         self.log.info("snapshot of %s -> %s", target, run.snapshot)
         req = api.SnapshotRequest(zk=target.connect, out=run.snapshot, auth=target.auth,
                                   sizes=Path(self.sizes) if self.sizes else None, timeout=float(self.timeout),
-                                  kafka=_kafka(self.kafka_conn_id))
+                                  kafka=_kafka(self.kafka_conn_id), sizes_from=str(self.sizes_from or "brokers"))
         out = call("snapshot", api.snapshot, req, progress=_log_progress(self))
         for w in out.warnings:
             self.log.warning("snapshot warning: %s", dict(w))
