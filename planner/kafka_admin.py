@@ -182,6 +182,7 @@ def describe_log_dirs(endpoints: Mapping[int, str | None], security: KafkaSecuri
         async def one(b: int, ep: str) -> None:
             rec = out[b]
             node = nodes.get(ep) or nodes.get(_normal(ep))
+            conn = None
             try:
                 # no metadata refresh on a failed connection: that would bootstrap, and the bootstrap closes
                 # the connections other brokers' requests are waiting on
@@ -190,6 +191,13 @@ def describe_log_dirs(endpoints: Mapping[int, str | None], security: KafkaSecuri
                 await conn
             except Exception as e:  # noqa: BLE001 - every failure of one broker is that broker's outcome
                 rec.status, rec.error = _classify(e, manager.auth_failure(node))
+                if rec.status == "unreachable" and security.protocol.startswith("SASL") and conn is not None \
+                        and conn.broker_version_data is not None:
+                    # ApiVersions answered, then the connection closed during SASL: Kafka's answer to rejected
+                    # credentials (SaslServerAuthenticator closes the channel after a failed authentication)
+                    rec.status = "auth-failed"
+                    rec.error = (f"the broker closed the connection during SASL {security.sasl_mechanism} "
+                                 "authentication, as Kafka does when it rejects the credentials")
                 return
             try:
                 resp = await conn.send_request(DescribeLogDirsRequest(topics=None))
@@ -257,13 +265,23 @@ def _classify(e: BaseException, auth: BaseException | None) -> tuple[str, str]:
 
 
 class _QuietKafkaLogs:
-    """kafka-python logs connection failures at ERROR and more at INFO: the planner reports each broker's
-    outcome itself, so its loggers stay at WARNING (their records never carry the config) while it runs."""
+    """kafka-python logs connection failures at ERROR, and at DEBUG every request it sends, SASL tokens (the
+    password) included. The planner reports each broker's outcome itself, so while it talks to the brokers
+    kafka-python's loggers, children included whatever level they were given, say nothing."""
+
+    NAMES = ("kafka", "kafka.net", "kafka.net.connection", "kafka.net.transport", "kafka.net.manager",
+             "kafka.net.sasl", "kafka.net.sasl.plain", "kafka.net.sasl.scram", "kafka.protocol",
+             "kafka.protocol.parser", "kafka.cluster")
 
     def __enter__(self) -> None:
-        self.logger = logging.getLogger("kafka")
-        self.level = self.logger.level
-        self.logger.setLevel(logging.CRITICAL)
+        self.saved = []
+        for name in self.NAMES:
+            lg = logging.getLogger(name)
+            self.saved.append((lg, lg.level, lg.disabled))
+            lg.setLevel(logging.CRITICAL + 1)
+            lg.disabled = True
 
     def __exit__(self, *exc: object) -> None:
-        self.logger.setLevel(self.level)
+        for lg, level, disabled in self.saved:
+            lg.setLevel(level)
+            lg.disabled = disabled

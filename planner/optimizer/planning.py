@@ -182,6 +182,7 @@ def make_plan(pb: Problem, params: Params, progress: Callable[[str], None] | Non
     other = "all" if scope == "touched" else "touched"
     say(f"leader order with scope {other}, for comparison")
     alt = choose_leaders(pb, placed, eligible, scope_rows(pb, placed, other))
+    alt, _ = _level_leader_bytes(pb, alt, eligible, scope_rows(pb, placed, other), None, other)
     alternative = {"scope": other, **leader_figures(pb, alt, eligible)}
     timings["leaders_alternative_s"] = time.perf_counter() - t
 
