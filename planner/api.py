@@ -456,8 +456,10 @@ def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutc
                        "would stall the copy; to copy without one, say no_throttle / --no-throttle)")
     if req.throttle is not None and req.no_throttle:
         raise BadInput("give either a throttle or no_throttle (--no-throttle), not both")
-    refusal = apply_schedule(read_plan(req.plan), req.throttle, req.no_throttle).refusal
-    if refusal and not req.dry_run:      # a dry run copies nothing (it lists the writes, with no rate)
+    plan = read_plan(req.plan)
+    refusal = apply_schedule(plan, req.throttle, req.no_throttle).refusal if plan.kind != "restart" else None
+    if refusal and not req.dry_run:      # a dry run copies nothing (it lists the writes, with no rate); a restart
+        # plan is refused further on: it is run whole by `kplan roll`
         raise BadInput(refusal)
     opts = Options(throttle=req.throttle, poll=req.poll, timeout=req.wait, lock_wait=req.lock_wait,
                    dry_run=req.dry_run, reason=req.reason, run=req.run)

@@ -148,7 +148,9 @@ def _executing(c: Ctx, command: str, zk_suffix: str = "", extra: tuple[str, ...]
     """apply / verify / cancel of a plan of the SEED cluster (in <tmp>/plan, the run folder layout)."""
     zk = c.load(SEED)
     plan = c.plan(c.snapshot(), [ReassignEntry("payments", 0, (2,))])
-    return [command, "--zk", zk + zk_suffix, "--plan", str(plan), *extra]
+    # the plan has no sizes: apply is told explicitly that a copy with no rate is meant (issue 18)
+    return [command, "--zk", zk + zk_suffix, "--plan", str(plan), *(("--no-throttle",) if command == "apply" else ()),
+            *extra]
 
 
 def _other_plans_report(c: Ctx) -> list[str]:
