@@ -220,10 +220,10 @@ def _keep_order(pb: Problem, placed: np.ndarray, eligible: np.ndarray, lr: Leade
 def _level_leader_bytes(pb: Problem, lr: LeaderResult, eligible: np.ndarray, active: np.ndarray,
                         max_changes: int | None, scope: str) -> tuple[LeaderResult, int]:
     """Leader load as the last leader objective (optimizer/leader_bytes.py): same-topic leadership swaps that
-    level bytes led without changing any replica or leader count (swaps that add no preferred-leader change
-    first; within the leader-change budget when one is given; none that add a change with scope touched)."""
-    # scope touched promises the least leadership churn: there only swaps that add no change are taken
-    budget = max(0, max_changes - lr.changes) if max_changes is not None else (0 if scope == "touched" else None)
+    level bytes led without changing any replica or leader count, nor adding a preferred-leader change (so the
+    leader-change budget, scope touched's least churn and the fewest-changes objective all hold)."""
+    # fewer preferred-leader changes outrank leader load (docs/PLAN.md): only swaps that add no change
+    budget = 0
     ordered, swaps = level_bytes_led(pb, lr.ordered, eligible, active, budget=budget)
     if not swaps:
         return lr, 0
