@@ -57,6 +57,7 @@ def undo_targets(pb: Problem, returning: np.ndarray, moves: Iterable[DrainMove]
     pos = {int(b): i for i, b in enumerate(pb.broker_ids.tolist())}
     keys = (pb.topic_of.astype(np.int64) << 32) | pb.partition.astype(np.int64)
     may_hold = pb.receivers(np.zeros(pb.num_brokers, bool))
+    fixed = pb.fixed   # a property computed over every partition: once, not per move
     rows: list[int] = []
     targets: list[list[int]] = []
     relevant = stale = 0
@@ -67,7 +68,7 @@ def undo_targets(pb: Problem, returning: np.ndarray, moves: Iterable[DrainMove]
         relevant += 1
         t = topic_index.get(topic)
         i = int(np.searchsorted(keys, (t << 32) | int(part))) if t is not None else len(keys)
-        if i >= len(keys) or keys[i] != ((t << 32) | int(part)) or pb.fixed[i]:
+        if i >= len(keys) or keys[i] != ((t << 32) | int(part)) or fixed[i]:
             stale += 1
             continue
         cur = [int(pb.broker_ids[x]) for x in pb.replicas[i].tolist() if x >= 0]
@@ -140,13 +141,14 @@ def place_return(pb: Problem, returning: np.ndarray, undo: Iterable[DrainMove] =
     undone[info.undo_rows] = True
 
     # 2. balance
+    fixed = pb.fixed
     cands: dict[tuple[int, int], list[int]] = {}
 
     def candidates(s: int, r: int) -> list[int]:
         key = (s, r)
         if key not in cands:
             has_s = (final == s).any(axis=1)
-            ok = has_s & ~(final == r).any(axis=1) & ~pb.fixed & ~undone
+            ok = has_s & ~(final == r).any(axis=1) & ~fixed & ~undone
             rr = np.flatnonzero(ok)
             slot = np.argmax(final[rr] == s, axis=1) if len(rr) else np.zeros(0, np.int64)
             good = rack_ok(pb, final[rr], slot, np.full(len(rr), r, np.int32), req[rr]) if len(rr) else rr.astype(bool)
