@@ -1,7 +1,8 @@
 """Drain Kafka brokers before maintenance (manual trigger, with a form).
 
 snapshot -> risk (Spark) -> plan (OR-Tools) -> risk after the plan (Spark) -> publish for review -> approve
--> apply -> verify -> report. Every task works in the run's folder ([kplan] runs_root/<dag>/<run>); the plan
+-> apply -> verify -> report; when verify finds the drained brokers still hosting partitions (a topic created
+after the snapshot, say), follow_up offers their drain as a new run of this DAG, reviewed like this one. Every task works in the run's folder ([kplan] runs_root/<dag>/<run>); the plan
 is reviewed on its page (Browse -> Kafka plans) and in the approval (Required Actions). Unknown brokers or an
 infeasible drain fail the run at risk / plan with the planner's message; Reject, or no answer within the
 approval timeout, ends the run with nothing applied. Apply runs in the 1-slot apply pool and holds the
@@ -18,6 +19,7 @@ from airflow.sdk import DAG, Param
 from kplan_airflow.operators import (
     ApplyOperator,
     DrainPlanOperator,
+    FollowUpDrainOperator,
     PlanApprovalOperator,
     PublishOperator,
     ReportOperator,
@@ -94,7 +96,8 @@ with DAG(
                              max_leader_changes="{{ params.max_leader_changes }}",
                              max_disk_usage="{{ params.max_disk_usage }}", **READ_ONLY)
     risk_after = RiskOperator(task_id="risk_after", drains="{{ params.brokers }}",
-                              mode="{{ params.shutdown_mode }}", after_plan=True, **READ_ONLY)
+                              mode="{{ params.shutdown_mode }}", after_plan=True,
+                              zk_conn_id="{{ params.zk_conn_id }}", **READ_ONLY)   # the cluster read again
     publish = PublishOperator(task_id="publish", require_approval="{{ params.require_approval }}",
                               throttle="{{ params.throttle }}", no_throttle="{{ params.no_throttle }}")
     approve = PlanApprovalOperator(
@@ -111,5 +114,7 @@ with DAG(
     verify = VerifyOperator(task_id="verify", zk_conn_id="{{ params.zk_conn_id }}",
                             timeout="{{ params.verify_timeout }}", **READ_ONLY)
     report = ReportOperator(task_id="report")
+    follow_up = FollowUpDrainOperator(task_id="follow_up")   # all_done: runs when verify found brokers not empty
 
     snapshot >> risk >> plan >> risk_after >> publish >> approve >> apply >> verify >> report
+    verify >> follow_up

@@ -28,8 +28,11 @@ Errors: every entry raises planner.errors types. `BadInput` (exit 2, not retryab
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -51,7 +54,7 @@ __all__ = ["ApplySchedule",
     "ClearRequest", "brokers", "clear_maintenance", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
     "VerifyOutcome", "VerifyRequest", "apply", "apply_schedule", "cancel", "kafka_security", "plan_drain", "plan_rebalance", "plan_restart", "plan_return",
     "read_plan",
-    "read_snapshot", "risk", "snapshot", "verify", "verify_report_text", "human_size", "human_duration",
+    "read_snapshot", "reread", "risk", "snapshot", "verify", "verify_report_text", "human_size", "human_duration",
 ]
 
 log = logging.getLogger(__name__)
@@ -182,6 +185,13 @@ class RiskRequest:
     driver_memory: str | None = None
     spark_submit: bool = False                # run the job through spark-submit instead of in-process
     force: bool = False
+    # With a plan: read the cluster again first (`zk`) and score the plan on it, so that whatever appeared
+    # since the snapshot counts (a drain's intent is checked too). The read lands in `out`/cluster and the
+    # job gets it as `snapshot`, with the snapshot the plan was made from as `plan_snapshot`.
+    zk: str | None = None
+    auth: tuple[str, str] | None = field(default=None, repr=False)
+    timeout: float = 10.0                     # ZooKeeper connection timeout (with zk)
+    plan_snapshot: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -198,13 +208,46 @@ def risk(req: RiskRequest, *, progress: ProgressFn | None = None, spark: Any = N
     from planner import risk as risk_lib
     from planner.plan_model import frozen
 
-    inputs = tuple(Path(p) for p in (req.snapshot, req.plan) if isinstance(p, str | Path))
+    inputs = tuple(Path(p) for p in (req.snapshot, req.plan, req.plan_snapshot) if isinstance(p, str | Path))
     check_output(Path(req.out), req.force, inputs)
     say = _reporter("risk", progress)
     prepared = risk_lib.prepare(req)
     with step_output(req.out, req.force, inputs) as tmp:
-        summary = risk_lib.run_risk(replace(req, out=tmp), prepared, spark=spark, progress=say)
+        if req.zk is None:
+            summary = risk_lib.run_risk(replace(req, out=tmp), prepared, spark=spark, progress=say)
+        else:
+            with reread(replace(req, out=tmp), Path(req.out), progress=progress) as run_req:
+                summary = risk_lib.run_risk(run_req, risk_lib.prepare(run_req), spark=spark, progress=say)
+            summary = json.loads((tmp / "summary.json").read_text())
     return RiskOutcome(Path(req.out), summary["level"], frozen(summary["level_by_state"]), summary)
+
+
+@contextmanager
+def reread(req: RiskRequest, final: Path, *, progress: ProgressFn | None = None) -> Iterator[RiskRequest]:
+    """Read the cluster at `req.zk` again and yield the request that scores `req.plan` on that read
+    (snapshot = the read, plan_snapshot = the snapshot the plan was made from). `req.out` is the step's
+    temporary output folder and `final` the folder it becomes: once the block has written the job's output,
+    the read is kept in it as `cluster/` (summary.json names it there). For schedulers that submit the job
+    themselves (Airflow) as for `risk`."""
+    import shutil
+
+    if req.plan is None or req.zk is None:
+        raise BadInput("re-reading the cluster for the risk (zk) needs a plan to score on it")
+    tmp = Path(req.out)
+    cluster = tmp.parent / f"{tmp.name}-cluster"   # beside the job's output folder: an input, not inside it
+    try:
+        snapshot(SnapshotRequest(zk=req.zk, out=cluster, auth=req.auth, timeout=req.timeout), progress=progress)
+        yield replace(req, snapshot=cluster, plan_snapshot=Path(req.snapshot), zk=None, auth=None)
+        os.rename(cluster, tmp / "cluster")
+        path = tmp / "summary.json"
+        doc = json.loads(path.read_text())
+        kept = str(Path(final).absolute() / "cluster")
+        doc["snapshot"]["path"] = kept
+        if doc.get("reread"):
+            doc["reread"]["cluster"]["path"] = kept
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+    finally:
+        shutil.rmtree(cluster, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -227,7 +270,11 @@ def risk_submit(req: RiskRequest) -> RiskSubmit:
     from planner import risk_job as job
     from planner.risk_args import to_args
 
+    if req.zk is not None and req.plan is None:
+        raise BadInput("re-reading the cluster for the risk (zk) needs a plan to score on it")
     risk_lib.prepare(req)
+    if req.zk is not None:   # the job reads snapshots, never ZooKeeper: api.reread first
+        req = replace(req, zk=None, auth=None)
     conf = {k: v for k, v in job.CONF.items() if k != "spark.driver.memory"}
     conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{job.log4j_file()} {job.JAVA_OPTIONS}"
     memory = req.driver_memory or os.environ.get("KPLAN_SPARK_DRIVER_MEMORY") or job.CONF["spark.driver.memory"]
@@ -386,6 +433,7 @@ class ApplyOutcome:
     bytes_total: int = 0
     seconds: float = 0.0
     writes: tuple[str, ...] = ()              # dry run: every write, in order
+    intent: Mapping[str, Any] | None = None   # a drain: its brokers host and lead nothing now? (docs/APPLY.md)
 
 
 @dataclass(frozen=True)
@@ -468,7 +516,7 @@ def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutc
     path = None if req.dry_run else steps.apply_folder(req.plan, req.out)
     return ApplyOutcome(path, r.plan_id, r.state, r.units_done, r.units_total, tuple(r.warnings), r.message,
                         r.resumed, r.units_submitted, r.partitions_done, r.partitions_total, r.bytes_done,
-                        r.bytes_total, r.seconds, tuple(r.writes))
+                        r.bytes_total, r.seconds, tuple(r.writes), r.intent)
 
 
 def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyOutcome:

@@ -48,6 +48,7 @@ from planner.text import count
 log = logging.getLogger(__name__)
 
 SUMMARY_FORMAT = "kplan-risk/1"
+Key = tuple[str, int]
 DEFAULT_MASTER = "local[2]"
 
 
@@ -179,6 +180,8 @@ class Prepared:
     kafka_version: str
     unknown: list[dict[str, Any]] = field(default_factory=list)   # partitions whose state is unknown
     session_timeout_s: float = rm.DEFAULT_SESSION_TIMEOUT_S
+    intent: dict[str, Any] | None = None      # a drain plan: do its brokers host and lead nothing once applied?
+    reread: dict[str, Any] | None = None      # the plan scored on a later read of the cluster (plan_snapshot)
 
 
 def unknown_state(info: sio.Snapshot) -> list[dict[str, Any]]:
@@ -201,15 +204,22 @@ def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None
     info = open_snapshot(req.snapshot)
     entries = list(plan_entries) if plan_entries is not None else None
     drains = list(req.drains)
+    plan = None
+    reread = None
+    if req.plan_snapshot is not None and req.plan is None:
+        raise BadInput("plan_snapshot (the snapshot a plan was made from) needs a plan")
     if req.plan is not None:
         plan = read_plan(req.plan)
-        if plan.snapshot_fingerprint != info.fingerprint:
+        base = open_snapshot(req.plan_snapshot) if req.plan_snapshot is not None else info
+        if plan.snapshot_fingerprint != base.fingerprint:
             raise BadInput(f"plan {plan.id[:19]}... in {req.plan} was made from snapshot {plan.snapshot_fingerprint}, "
-                           f"not from {info.path or 'the given snapshot'} ({info.fingerprint}): score a plan on "
+                           f"not from {base.path or 'the given snapshot'} ({base.fingerprint}): score a plan on "
                            "the snapshot it was made from")
         entries = list(plan.reassignment)
         if plan.kind == "restart":
             restart_order = tuple(plan.section("roll").get("order") or ())
+        elif req.plan_snapshot is not None:
+            entries, reread = _onto_reread(info, base, plan, entries)
     if restart_order is not None:
         if entries is None:
             raise BadInput("a restart roll is scored with its plan")
@@ -222,14 +232,99 @@ def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None
     if entries is not None:
         check_plan(info, entries)
         if not drains and not req.drain_racks:
-            emptied = plan_emptied_brokers(info, entries)
+            emptied = plan.drained_brokers if plan is not None and plan.kind == "drain" else ()
+            emptied = emptied or plan_emptied_brokers(info, entries)
             if emptied:
-                drains = [emptied]
+                drains = [tuple(emptied)]
     states = ("current", "plan") if entries is not None else ("current",)
     scenarios = build_scenarios(info, drains, req.drain_racks, req.all_brokers, req.all_racks, req.modes, states)
     if not req.session_timeout_s > 0:
         raise BadInput(f"session_timeout_s must be positive, got {req.session_timeout_s}")
-    return Prepared(info, scenarios, entries, req.kafka_version, unknown_state(info), float(req.session_timeout_s))
+    intent = intent_after_plan(info, plan, entries, base if reread else None) if plan is not None else None
+    return Prepared(info, scenarios, entries, req.kafka_version, unknown_state(info), float(req.session_timeout_s),
+                    intent, reread)
+
+
+def _keys_and_replicas(info: sio.Snapshot) -> tuple[list[str], list[int], np.ndarray, np.ndarray]:
+    t = info.partition_columns(["topic", "partition", "replicas", "leader", "has_state"])
+    topic = t.column("topic")
+    topic = pc.cast(topic, pa.string()) if pa.types.is_dictionary(topic.type) else topic
+    leader = pc.if_else(pc.fill_null(t.column("has_state"), False), pc.fill_null(t.column("leader"), -1), -1)
+    return (topic.to_pylist(), t.column("partition").to_pylist(), sio.list_to_matrix(t.column("replicas")),
+            leader.to_numpy(zero_copy_only=False))
+
+
+def _onto_reread(info: sio.Snapshot, base: sio.Snapshot, plan: Any, entries: list[codec.ReassignEntry]
+                 ) -> tuple[list[codec.ReassignEntry], dict[str, Any]]:
+    """The plan's targets on a later read of the cluster: partitions gone since the snapshot are dropped, and
+    what changed is counted (apply would refuse a plan whose partitions moved: the score says what it would
+    write). Returns (entries that still apply, the reread section of summary.json)."""
+    now = {(t, p): tuple(r[r >= 0].tolist()) for t, p, r in zip(*_keys_and_replicas(info)[:3], strict=True)}
+    was = {(m.topic, m.partition): m.from_replicas for m in plan.moves}
+    gone = [e for e in entries if (e.topic, e.partition) not in now]
+    moved = [e for e in entries if (e.topic, e.partition) in now and now[(e.topic, e.partition)] != was.get(
+        (e.topic, e.partition))]
+    base_keys = set(zip(*_keys_and_replicas(base)[:2], strict=True))
+    appeared = sorted(k for k in now if k not in base_keys)
+    section = {"plan_snapshot": {"path": str(base.path) if base.path else None, "fingerprint": base.fingerprint,
+                                 "taken_at": base.manifest.get("taken_at")},
+               "cluster": {"path": str(info.path) if info.path else None, "fingerprint": info.fingerprint,
+                           "taken_at": info.manifest.get("taken_at")},
+               "partitions_appeared": len(appeared),
+               "appeared": [f"{t}-{p}" for t, p in appeared[:50]],
+               "plan_partitions_gone": [f"{e.topic}-{e.partition}" for e in gone[:50]],
+               "plan_partitions_changed": [f"{e.topic}-{e.partition}" for e in moved[:50]],
+               "plan_partitions_changed_count": len(moved)}
+    return [e for e in entries if (e.topic, e.partition) in now], section
+
+
+def intent_after_plan(info: sio.Snapshot, plan: Any, entries: Sequence[codec.ReassignEntry] | None,
+                      base: sio.Snapshot | None = None) -> dict[str, Any] | None:
+    """A drain plan's intent on `info` once `entries` are applied (planner.intent): its brokers host no replica
+    and lead no partition. Only rows with a drained broker are looked at one by one (numpy finds them). `base`:
+    the snapshot the plan was made from, when `info` is a later read (then what appeared since is named)."""
+    from planner.intent import DrainFacts, evaluate, reason
+
+    if plan is None or plan.kind != "drain" or not plan.drained_brokers:
+        return None
+    drained = np.array(sorted(plan.drained_brokers), dtype=np.int32)
+    topics, parts, matrix, leader = _keys_and_replicas(info)
+    target = {(e.topic, e.partition): e.replicas for e in entries or ()}
+    hit = np.flatnonzero(np.isin(matrix, drained).any(axis=1) | np.isin(leader, drained))
+    section = plan.topics or {}
+    names, counts = section.get("names") or [], section.get("partitions") or []
+    excluded = section.get("excluded") or [False] * len(names)
+    facts = DrainFacts(tuple(plan.drained_brokers), frozenset((m.topic, m.partition) for m in plan.moves),
+                       {str(n): (int(c), bool(x)) for n, c, x in zip(names, counts, excluded, strict=False)},
+                       (plan.snapshot or {}).get("taken_at"))
+    base_rows: dict[Key, tuple[int, ...]] = {}
+    if base is not None:
+        bt, bp, bm, _ = _keys_and_replicas(base)
+        base_rows = {(t, p): tuple(r[r >= 0].tolist()) for t, p, r in zip(bt, bp, bm, strict=True)}
+
+    base_topics = {t for t, _ in base_rows}
+    since = f" since the snapshot of {facts.snapshot_taken_at}" if facts.snapshot_taken_at else " since the snapshot"
+
+    def why(k: Key) -> str:
+        if base is not None and k not in facts.planned:
+            if k not in base_rows:
+                return ("partition added" if k[0] in base_topics else "topic created") + since
+            i = rows_at[k]
+            if base_rows[k] != tuple(matrix[i][matrix[i] >= 0].tolist()):
+                return "moved onto the broker" + since
+        return reason(facts, k)
+
+    rows_at: dict[Key, int] = {}
+    rows = []
+    for i in hit.tolist():
+        k = (topics[i], parts[i])
+        rows_at[k] = i
+        if k in target:   # the plan rewrites it: its target, led by the target's first replica after verify
+            rows.append((k[0], k[1], list(target[k]), target[k][0]))
+        else:
+            reps = matrix[i][matrix[i] >= 0].tolist()
+            rows.append((k[0], k[1], reps, int(leader[i]) if leader[i] >= 0 else None))
+    return evaluate(facts, rows, why=why)
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -378,6 +473,8 @@ def build_summary(prepared: Prepared, scenarios: pa.Table, worst: pa.Table, base
                           "examples": [{"topic": u["topic"], "partition": u["partition"], "problem": u["state_error"]}
                                        for u in prepared.unknown[:20]]},
         "warnings": _warnings(prepared),
+        "intent": prepared.intent,
+        "reread": prepared.reread,
         "scenarios": rows,
     }
 
@@ -390,6 +487,12 @@ def _warnings(prepared: Prepared) -> list[str]:
         more = f" (+{len(prepared.unknown) - 10} more)" if len(prepared.unknown) > 10 else ""
         out.append(f"{len(prepared.unknown)} partition(s) with an unknown state are not scored: {names}{more}; "
                    "each scenario's `unknown` counts those it touches")
+    if prepared.intent is not None and not prepared.intent["holds"]:
+        out.append("after the plan: " + prepared.intent["text"])
+    rr = prepared.reread
+    if rr and rr["plan_partitions_changed_count"]:
+        out.append(f"{rr['plan_partitions_changed_count']} of the plan's partitions changed since its snapshot "
+                   f"({', '.join(rr['plan_partitions_changed'][:10])}): apply would refuse the plan; make a new one")
     return out
 
 
@@ -449,6 +552,16 @@ def format_report(summary: dict[str, Any], colour: bool = False, limit: int = 20
                      f"{base['at_min_isr']} at min ISR, {base['under_replicated']} under-replicated, "
                      f"{_n(base['rf1'], 'RF=1 partition')}" + (f", {unknown} with an unknown state (not scored)"
                                                               if unknown else ""))
+    rr = summary.get("reread")
+    if rr:
+        lines.append(f"scored on the cluster as read again at {rr['cluster']['taken_at']} (the plan's snapshot: "
+                     f"{rr['plan_snapshot']['taken_at']}; {count(rr['partitions_appeared'], 'partition')} appeared "
+                     "since)")
+    intent = summary.get("intent")
+    if intent:
+        lines.append(f"after the plan, broker(s) {','.join(map(str, intent['brokers']))} host and lead nothing: "
+                     + ("yes" if intent["holds"] else f"NO ({count(intent['remaining_count'], 'partition')} stay: "
+                                                      "see the warning)"))
     for w in summary.get("warnings", []):
         lines.append(f"warning: {w}")
     width = max([len(r["name"]) for r in shown] + [8])

@@ -48,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="controlled = graceful stop, failure = kill (default both)")
     p.add_argument("--plan", help="plan folder (kplan plan): also score the scenarios on the plan's target "
                    "assignment")
+    p.add_argument("--plan-snapshot", metavar="DIR",
+                   help="the snapshot the plan was made from, when --snapshot is a later read of the cluster "
+                   "(what `kplan risk --zk` passes the job)")
     p.add_argument("--kafka-version", default="3.7",
                    help="Kafka version whose min-ISR rule applies (default 3.7: min(min.insync.replicas, RF))")
     p.add_argument("--session-timeout", type=float, default=18.0, metavar="S",
@@ -65,7 +68,9 @@ def request_from_args(args: argparse.Namespace) -> RiskRequest:
         drains=tuple(parse_brokers(d) for d in args.drain),
         drain_racks=tuple(r for text in args.drain_rack for r in parse_racks(text)),
         all_brokers=args.all_brokers, all_racks=args.all_racks, modes=modes,
-        plan=Path(args.plan) if args.plan else None, kafka_version=args.kafka_version,
+        plan=Path(args.plan) if args.plan else None,
+        plan_snapshot=Path(args.plan_snapshot) if getattr(args, "plan_snapshot", None) else None,
+        kafka_version=args.kafka_version,
         session_timeout_s=args.session_timeout, master=args.master,
         driver_memory=args.driver_memory, spark_submit=bool(getattr(args, "spark_submit", False)),
         force=bool(getattr(args, "force", False)))
@@ -88,4 +93,6 @@ def to_args(req: RiskRequest) -> list[str]:
         args.append("--all-racks")
     if req.plan is not None:
         args += ["--plan", str(req.plan)]
+    if req.plan_snapshot is not None:
+        args += ["--plan-snapshot", str(req.plan_snapshot)]
     return args

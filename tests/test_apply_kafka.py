@@ -180,3 +180,65 @@ def test_a_drained_broker_stays_drained_until_its_return_brings_it_back(real, tm
         assert st["leader"] == before[p][0] and sorted(st["isr"]) == sorted(before[p]), (p, st)
     assert sb.log_end_offsets(parts) == offsets
     assert check.throttles() == {} and check.lock_holders() == []
+
+
+def _hosted_by(zk, b: int) -> dict[tuple[str, int], list[int]]:
+    """Every partition whose replicas name broker b or whose leader is b, read raw from ZooKeeper."""
+    out = {}
+    for t in zk.get_children("/brokers/topics"):
+        for p, reps in json.loads(zk.get(f"/brokers/topics/{t}")[0])["partitions"].items():
+            leader = json.loads(zk.get(f"/brokers/topics/{t}/partitions/{p}/state")[0])["leader"]
+            if b in reps or leader == b:
+                out[(t, int(p))] = reps
+    return out
+
+
+def test_a_topic_created_after_the_snapshot_by_kafkas_own_tool_keeps_the_drain_open(real, kafka_jars, tmp_path,
+                                                                                     capsys):
+    """Issue 19 item 1 on real brokers: kafka-topics.sh creates topics on broker 4 after the snapshot; apply and
+    verify of the drain of 4 exit 1 naming them; the follow-up drain empties 4 with every record kept."""
+    from planner import cli
+    from planner.kafka import tools
+
+    sb, zk, check = real
+    topics(zk, sb, {"early": [[4, 1], [2, 4], [3, 2]]})
+    run, run2 = api.RunFolder(tmp_path / "run"), api.RunFolder(tmp_path / "run2")
+    run.root.mkdir()
+    (run.root / "logdirs.json").write_text(json.dumps(sb.log_dirs()))
+    assert cli.main(["snapshot", "--zk", sb.connect_string, "--out", str(run.snapshot), "--sizes",
+                     str(run.root / "logdirs.json")]) == 0
+    tools.create_topic(kafka_jars, sb.bootstrap_servers, "late", [[4, 3], [2, 4]])
+    tools.create_topic(kafka_jars, sb.bootstrap_servers, "late-rf1", [[4]], {"min.insync.replicas": "1"})
+    sb.wait_settled(90)
+    late = {("late", 0): [4, 3], ("late", 1): [2, 4], ("late-rf1", 0): [4]}
+    assert {k: check.replicas(*k) for k in late} == late   # Kafka kept the assignment it was given
+    parts = [*late, ("early", 0), ("early", 1)]
+    sb.produce({p: 200_000 for p in parts})
+    offsets = sb.log_end_offsets(parts)
+    assert cli.main(["plan", "drain", "--snapshot", str(run.snapshot), "--brokers", "4", "--out", str(run.plan),
+                     "--quiet"]) == 0
+    capsys.readouterr()
+    assert cli.main(["apply", "--zk", sb.connect_string, "--plan", str(run.plan), "--throttle", "50MB",
+                     "--poll", "0.5"]) == 1
+    err = capsys.readouterr().err
+    assert "the drain is not complete: broker(s) 4 still host 3 partitions" in err
+    assert "late-rf1-0 replicas [4] leader 4 (topic created since the snapshot" in err
+    assert cli.main(["verify", "--zk", sb.connect_string, "--plan", str(run.plan), "--timeout", "60"]) == 1
+    err = capsys.readouterr().err
+    assert "converged, but the drain is not complete" in err and "kplan plan drain --snapshot S2 --brokers 4" in err
+    report = json.loads(run.report.read_text())
+    assert (report["converged"], report["plan_converged"], report["intent"]["holds"]) == (False, True, False)
+    assert {(r["topic"], r["partition"]) for r in report["intent"]["remaining"]} == set(late)
+    assert _hosted_by(zk, 4) == late                      # raw: exactly the late partitions are still on 4
+    assert check.throttles() == {} and check.lock_holders() == []
+
+    assert cli.main(["snapshot", "--zk", sb.connect_string, "--out", str(run2.snapshot)]) == 0
+    assert cli.main(["plan", "drain", "--snapshot", str(run2.snapshot), "--brokers", "4", "--out", str(run2.plan),
+                     "--quiet"]) == 0
+    assert cli.main(["apply", "--zk", sb.connect_string, "--plan", str(run2.plan), "--throttle", "50MB",
+                     "--poll", "0.5"]) == 0
+    assert cli.main(["verify", "--zk", sb.connect_string, "--plan", str(run2.plan), "--timeout", "60"]) == 0
+    assert json.loads(run2.report.read_text())["intent"]["holds"] is True
+    assert _hosted_by(zk, 4) == {}
+    assert check.throttles() == {} and check.lock_holders() == []
+    assert sb.log_end_offsets(parts) == offsets, "every record is still there"

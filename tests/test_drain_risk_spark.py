@@ -242,3 +242,49 @@ def test_a_partition_whose_state_is_unknown_is_counted_never_scored(spark, tmp_p
     assert {(r["topic"], r["partition"]) for r in scored} == {("t", 1)}
     assert any("unknown state" in w for w in summary["warnings"])
     assert "1 with an unknown state (not scored)" in risk.format_report(summary)
+
+
+@pytest.fixture
+def cluster(tmp_path, zk_connect):
+    from apply_support import make_cluster
+
+    yield from make_cluster(tmp_path, zk_connect)
+
+
+def test_risk_after_the_plan_on_the_cluster_read_again_sees_a_topic_made_after_the_snapshot(spark, cluster,
+                                                                                           tmp_path, capsys):
+    """Issue 19 item 1: the risk after a drain plan, scored on the snapshot, cannot see a topic created since
+    (LOW, drain intent holds); with --zk it reads the cluster again, names the topic and scores its RF=1
+    partition on the drained broker: CRITICAL after the plan."""
+    from apply_support import brokers, part, poll, topic
+
+    from planner import codec
+
+    env = cluster({"brokers": brokers(4), "topics": [topic("orders", part([1, 2]), part([2, 3]), part([3, 4]))]})
+    snap, plan = tmp_path / "snapshot", tmp_path / "plan"
+    assert cli.main(["snapshot", "--zk", env.connect, "--out", str(snap)]) == 0
+    ta = codec.TopicAssignment({0: [2, 3], 1: [2], 2: [4, 2]}, topic_id="UmlzS0FmdGVyVGhlUGxhbg", version=3)
+    env.zk.create(codec.topic_config_path("late"), codec.encode_config({}), makepath=True)
+    env.zk.create(codec.topic_path("late"), codec.encode_topic(ta), makepath=True)
+    poll(lambda: all(env.zk.exists(codec.state_path("late", p)) for p in range(3)), timeout=30, what="late topic")
+    assert cli.main(["plan", "drain", "--snapshot", str(snap), "--brokers", "2", "--out", str(plan), "--quiet"]) == 0
+    common = ["risk", "--snapshot", str(snap), "--plan", str(plan), "--mode", "failure"]
+    assert cli.main([*common, "--out", str(tmp_path / "on-snapshot")]) == 0
+    blind = json.loads((tmp_path / "on-snapshot" / "summary.json").read_text())
+    assert blind["level_by_state"]["plan"] == "low" and blind["intent"]["holds"] is True
+    capsys.readouterr()
+    assert cli.main([*common, "--zk", env.connect, "--out", str(tmp_path / "now")]) == 0
+    out = capsys.readouterr().out
+    assert "after the plan, broker(s) 2 host and lead nothing: NO (3 partitions stay" in out
+    summary = json.loads((tmp_path / "now" / "summary.json").read_text())
+    assert summary["level_by_state"] == {"current": "critical", "plan": "critical"}
+    drain = next(s for s in summary["scenarios"] if s["state"] == "plan" and s["kind"] == "drain")
+    assert drain["brokers"] == [2] and drain["offline"] == 1   # late-1, RF=1 on broker 2
+    intent = summary["intent"]
+    assert intent["holds"] is False
+    assert {(r["topic"], r["partition"], r["reason"].split(" since")[0]) for r in intent["remaining"]} == {
+        ("late", 0, "topic created"), ("late", 1, "topic created"), ("late", 2, "topic created")}
+    assert summary["reread"]["partitions_appeared"] == 3
+    assert summary["snapshot"]["path"] == str(tmp_path / "now" / "cluster")
+    assert (tmp_path / "now" / "cluster" / "manifest.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []   # no temporary left

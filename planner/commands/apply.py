@@ -77,4 +77,6 @@ def _run(args: argparse.Namespace) -> int:
     for w in outcome.warnings:
         print(f"kplan apply: WARNING: {w}", file=sys.stderr)
     print(outcome.message)
+    if outcome.intent is not None and not outcome.intent["holds"]:
+        return 1   # the plan is applied, but the broker is not empty: nobody may stop it on this exit code
     return 1 if outcome.state in ("cancelled", "reverted") else 0

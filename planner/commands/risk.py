@@ -25,6 +25,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Replay Kafka's election rules for the drain, every broker and every rack "
                        "(both modes) and report what would break.")
     risk_args.add_arguments(p)
+    p.add_argument("--zk", metavar="HOST:PORT[/chroot]",
+                   help="with --plan: read the cluster again and score the plan on it as it is now (whatever "
+                   "appeared since the snapshot counts; a drain's brokers must end empty); kept in OUT/cluster")
+    p.add_argument("--zk-auth-env", metavar="VAR",
+                   help="environment variable holding ZooKeeper digest credentials user:password "
+                   "(default: KPLAN_ZK_AUTH when set)")
     p.add_argument("--json", action="store_true", help="print summary.json instead of the table")
     p.add_argument("--spark-submit", action="store_true", help="run the job with spark-submit instead of in-process")
     p.add_argument("--fail-on", choices=LEVELS[1:], help="exit 1 when any scenario reaches this level")
@@ -35,7 +41,17 @@ def _run(args: argparse.Namespace) -> int:
     from planner import api, risk
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    outcome = api.risk(risk_args.request_from_args(args),
+    req = risk_args.request_from_args(args)
+    if args.zk:
+        from dataclasses import replace
+
+        from planner import zk as zkmod
+
+        if req.plan is None:
+            raise api.BadInput("--zk re-reads the cluster to score a plan on it: give --plan too")
+        zkmod.parse_connect(args.zk)
+        req = replace(req, zk=args.zk, auth=zkmod.auth_from_env(args.zk_auth_env))
+    outcome = api.risk(req,
                        progress=lambda p: print(f"kplan risk: {p.message}", file=sys.stderr, flush=True))
     summary = outcome.summary
     if args.json:

@@ -40,6 +40,7 @@ from planner.execution import lifecycle, preflight
 from planner.execution import runstate as rs
 from planner.execution.clusterview import ClusterView, Key, retrying
 from planner.execution.diagnosis import Context, diagnose
+from planner.execution.intent import drain_intent
 from planner.execution.lock import ApplyLock, holder
 from planner.execution.planview import RunPlan, Unit, revert_unit
 from planner.execution.progress import Progress, Reporter
@@ -64,6 +65,7 @@ class Options:
     lock_recoveries: int = 3            # times a lost lock (expired session) is taken again and the run resumed
     run: str | None = None              # the run this apply belongs to (its folder), recorded with the brokers'
     reason: str | None = None           # maintenance state (planner/maintenance.py), and why the maintenance
+    connect: str | None = None          # the connect string, named in what to run next (it holds no credential)
 
 
 @dataclass
@@ -83,6 +85,7 @@ class Result:
     writes: list[str] = field(default_factory=list)   # dry run: every write it would make, in order
     warnings: list[str] = field(default_factory=list)
     reverted: list[tuple[str, int]] = field(default_factory=list)  # partitions moved back by a cancel
+    intent: dict[str, Any] | None = None  # a completed drain: does the cluster now hold its intent? (intent.py)
 
 
 class Executor:
@@ -308,8 +311,10 @@ class Executor:
         run = self._checked_run()
         if run is not None and run.state == rs.DONE:
             self._release_all()
+            intent = self._intent()
             return self._result(run, "already-completed", f"plan {plan.id} was already applied to this cluster "
-                                f"(completed {_when(run.doc.get('updated_at'))}); nothing to do")
+                                f"(completed {_when(run.doc.get('updated_at'))}); nothing to do"
+                                + _intent_note(intent), intent)
         self.resumed = self.resumed or run is not None
         if run is None:
             run = rs.Run(rs.run_path(plan.hexid), rs.new_run(
@@ -342,17 +347,31 @@ class Executor:
             run.doc["state"] = rs.DONE
             run.event("completed")
             self._release_all()
+            intent = self._intent()
+            if intent is not None:
+                run.doc["intent"] = {"holds": intent["holds"], "remaining_count": intent["remaining_count"],
+                                     "leading_count": intent["leading_count"]}
             self._save(run)
             p = self.progress(rs.DONE, force=True)
             if self.gate.dry_run:
                 return self._result(run, "dry-run", f"dry run: {len(self.gate.writes)} writes, none made")
             return self._result(run, "completed", f"plan {plan.id} applied: {p.done} partitions in "
-                                f"{len(plan.units)} batches")
+                                f"{len(plan.units)} batches" + _intent_note(intent), intent)
         except FenceLost:
             raise
         except BaseException as e:
             self._fail(e)
             raise
+
+    def _intent(self) -> dict[str, Any] | None:
+        """A drain's final state: the drained brokers host and lead nothing, read cluster-wide (a topic made
+        after the snapshot is not in the plan). Not holding is a warning the caller cannot miss."""
+        if self.gate.dry_run or self.plan.kind != "drain":
+            return None
+        intent = self._read(lambda: drain_intent(self.view, self.plan, connect=self.opts.connect))
+        if intent is not None and not intent["holds"]:
+            self.warn(intent["text"])
+        return intent
 
     def _in_flight_unit_now(self) -> Unit | None:
         try:
@@ -773,14 +792,14 @@ class Executor:
             self.close()
 
     # --------------------------------------------------------------------------------------- result
-    def _result(self, run: rs.Run, state: str, message: str) -> Result:
+    def _result(self, run: rs.Run, state: str, message: str, intent: dict[str, Any] | None = None) -> Result:
         p = self.progress(run.state if run else state, force=True)
         self.reporter.flush()
         return Result(self.plan.id, state, message, self.resumed, len(self.plan.units), p.units_done,
                       self.units_submitted, p.done, self.plan.partitions_total, p.bytes_done, self.plan.bytes_total,
                       round(time.monotonic() - self.started, 3),
                       [f"[txn {t}] {op.describe()}" for t, op in zip(self.gate.txn_of, self.gate.writes, strict=True)],
-                      list(self.warnings), list(self._reverted))
+                      list(self.warnings), list(self._reverted), intent)
 
 
 def brokers_ahead(units: Sequence[Unit], rate_of: Callable[[Unit], int | None]) -> list[set[int]]:
@@ -820,6 +839,15 @@ def stalled_text(reasons: dict[Key, list[str]], show: int = 20) -> str:
     text = "; ".join(f"{k[0]}-{k[1]}: {', '.join(v)}" for k, v in items[:show])
     more = f" (and {len(items) - show} more)" if len(items) > show else ""
     return f"{len(items)} partitions not done: {text}{more}"
+
+
+def _intent_note(intent: dict[str, Any] | None) -> str:
+    if intent is None:
+        return ""
+    if intent["holds"]:
+        return f"; broker(s) {','.join(map(str, intent['brokers']))} now host and lead nothing"
+    return (f"; BUT the drain is not complete: broker(s) {','.join(map(str, intent['brokers']))} still host "
+            f"{intent['remaining_count']} partitions (see the warning)")
 
 
 def _when(t: Any) -> str:

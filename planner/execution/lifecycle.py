@@ -56,16 +56,12 @@ def apply_ops(client: KazooClient, plan: RunPlan, *, run: str | None, reason: st
     return []
 
 
-def drain_intent(view: ClusterView, plan: RunPlan) -> dict[str, Any]:
-    """Does the drain hold on the whole cluster (not only on the plan's partitions)? The drained brokers host
-    no replica (assigned, being added, or a reassignment's target) and lead nothing."""
-    drained = set(plan.drained)
-    keys = view.all_partition_keys()
-    statuses = view.partitions(keys)
-    remaining = sorted(preflight.name(k) for k, s in statuses.items()
-                       if drained & set((s.replicas or ()) + tuple(s.adding) + tuple(s.target or ()))
-                       or s.leader in drained)
-    return {"kind": "drain", "brokers": sorted(drained), "holds": not remaining, "remaining": remaining}
+def drain_intent(view: ClusterView, plan: RunPlan) -> dict[str, Any] | None:
+    """Does the drain hold on the whole cluster (not only on the plan's partitions)? planner.execution.intent:
+    the drained brokers host no replica (assigned, being added, or a reassignment's target) and lead nothing."""
+    from planner.execution.intent import drain_intent as check
+
+    return check(view, plan)
 
 
 def after_verify(client: KazooClient, gate: WriteGate, plan: RunPlan, converged: bool,

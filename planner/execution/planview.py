@@ -79,6 +79,10 @@ class RunPlan:
     path: str = ""
     warnings: tuple[str, ...] = field(default_factory=tuple)
     returning: tuple[int, ...] = ()      # a return plan's brokers (planner/maintenance.py: returning)
+    # What the plan knew of the cluster (plan.json's snapshot and topics sections): lets a drain's intent check
+    # name what appeared since the snapshot (planner.execution.intent).
+    snapshot_taken_at: str | None = None
+    topics: Mapping[str, tuple[int, bool]] = field(default_factory=dict)   # name -> (partitions, excluded)
 
     @property
     def hexid(self) -> str:
@@ -158,7 +162,7 @@ def from_document(doc: Mapping[str, Any], max_concurrent: int | None = None, pat
                  for (t, p), reps in zip(b["partitions"], b["replicas"], strict=True)],
                 _suggested(b)) for b in doc["batches"]]
     return _build(str(doc["id"]), str(doc.get("kind", "")), moves, batches, doc.get("parameters") or {},
-                  doc.get("warnings") or (), max_concurrent, path)
+                  doc.get("warnings") or (), max_concurrent, path, doc.get("snapshot") or {}, doc.get("topics") or {})
 
 
 def from_plan(plan: Any, max_concurrent: int | None = None) -> RunPlan:
@@ -168,11 +172,12 @@ def from_plan(plan: Any, max_concurrent: int | None = None) -> RunPlan:
     batches = [(b.index, b.kind, [Entry(t, p, r) for (t, p), r in zip(b.partitions, b.replicas, strict=True)],
                 _int_or_none(b.suggested_throttle_bytes_per_s)) for b in plan.batches]
     return _build(plan.id, plan.kind, moves, batches, plan.parameters, plan.warnings, max_concurrent,
-                  str(plan.path or ""))
+                  str(plan.path or ""), plan.snapshot, plan.topics)
 
 
 def _build(plan_id: str, kind: str, moves: dict[Key, Move], batches: list[tuple[int, str, list[Entry], int | None]],
-           params: Mapping[str, Any], warnings: Any, max_concurrent: int | None, path: str) -> RunPlan:
+           params: Mapping[str, Any], warnings: Any, max_concurrent: int | None, path: str,
+           snapshot: Mapping[str, Any] | None = None, topics: Mapping[str, Any] | None = None) -> RunPlan:
     plan_limit = params.get("max_concurrent_per_broker")
     plan_limit = int(plan_limit) if isinstance(plan_limit, int) and plan_limit > 0 else None
     if max_concurrent is not None:
@@ -205,7 +210,18 @@ def _build(plan_id: str, kind: str, moves: dict[Key, Move], batches: list[tuple[
     drained = tuple(int(x) for x in params.get("brokers") or ()) if kind == "drain" else ()
     returning = tuple(int(x) for x in params.get("brokers") or ()) if kind == "return" else ()
     return RunPlan(plan_id, kind, moves, tuple(units), plan_limit, max_concurrent, drained, path,
-                   tuple(str(w) for w in warnings), returning)
+                   tuple(str(w) for w in warnings), returning, (snapshot or {}).get("taken_at"),
+                   _topics(topics or {}))
+
+
+def _topics(section: Mapping[str, Any]) -> dict[str, tuple[int, bool]]:
+    """plan.json's topics section (parallel lists: names, partitions, excluded) as name -> (partitions, excluded);
+    empty when the plan has none (hand-made plans, plans before issue 11)."""
+    names, counts = section.get("names") or [], section.get("partitions") or []
+    excluded = section.get("excluded") or [False] * len(names)
+    if not (len(names) == len(counts) == len(excluded)):
+        return {}
+    return {str(n): (int(c), bool(x)) for n, c, x in zip(names, counts, excluded, strict=True)}
 
 
 def revert_unit(plan: RunPlan, unit: Unit, index: int) -> Unit:

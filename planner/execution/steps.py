@@ -91,6 +91,7 @@ def apply(zk: str, plan_path: Path | str, options: Options, *, max_concurrent: i
     plan = load_plan(plan_path, max_concurrent)
     _not_a_roll(plan, plan_path, "apply")
     options.run = options.run or str(run_folder(plan_path))   # named in the brokers' maintenance state
+    options.connect = options.connect or zk
     folder = None if options.dry_run else _claim_apply(plan_path, plan, out, "apply")
     if folder is not None:
         options.progress_file = folder / "progress.json"
@@ -142,6 +143,7 @@ def verify(zk: str, plan_path: Path | str, options: VerifyOptions, *, auth: tupl
         options.report = report
     if options.progress_file is None:
         options.progress_file = prog
+    options.connect = options.connect or zk
     with zkmod.session(zk, auth=auth, timeout=connect_timeout) as client:
         _connected(client)
         return Verifier(client, plan, options, progress).verify()

@@ -33,6 +33,7 @@ from planner.execution import lifecycle, preflight
 from planner.execution import runstate as rs
 from planner.execution.clusterview import ClusterView, Key, PartStatus, retrying
 from planner.execution.diagnosis import Context, converged, diagnose, reassign_keys
+from planner.execution.intent import drain_intent
 from planner.execution.lock import ApplyLock, holder
 from planner.execution.planview import RunPlan
 from planner.execution.progress import Progress, Reporter, write_json_atomic
@@ -54,6 +55,7 @@ class VerifyOptions:
     election_timeout: float = 60.0
     report: Path | None = None         # where report.json goes
     progress_file: Path | None = None
+    connect: str | None = None         # the connect string, to name in what to run next (it holds no credential)
 
 
 @dataclass
@@ -164,6 +166,10 @@ class Verifier:
         if self.opts.remove_throttles and wrote:
             self._read(lambda: self.throttles.release(moving))
         report = self._report(ok, seconds, election, run, skipped)
+        intent = report.get("intent")
+        if intent is not None and not intent["holds"]:
+            self.warnings.append(intent["text"])
+            report["warnings"] = list(self.warnings)
         if plan.kind in ("drain", "return"):
             report["maintenance"] = self._maintenance(ok, report, wrote)
         if wrote and run is not None:
@@ -178,16 +184,20 @@ class Verifier:
         path = self.opts.report
         if path is not None:
             write_json_atomic(path, report)
-        if not ok:
-            stalled = report["stalled"]
-            lines = "; ".join(f"{s['partition']}: {', '.join(s['reasons'])}" for s in stalled[:50])
-            more = f" (and {len(stalled) - 50} more in report.json)" if len(stalled) > 50 else ""
-            err = NotConverged(f"plan {plan.id} has not converged after {self.opts.timeout:.0f} s: "
-                               f"{len(stalled)} of {plan.partitions_total} partitions stalled: {lines}{more}")
+        if not report["converged"]:
+            if not ok:
+                stalled = report["stalled"]
+                lines = "; ".join(f"{s['partition']}: {', '.join(s['reasons'])}" for s in stalled[:50])
+                more = f" (and {len(stalled) - 50} more in report.json)" if len(stalled) > 50 else ""
+                text = (f"plan {plan.id} has not converged after {self.opts.timeout:.0f} s: "
+                        f"{len(stalled)} of {plan.partitions_total} partitions stalled: {lines}{more}")
+            else:
+                text = f"plan {plan.id} converged, but {intent['text'] if intent else 'its intent does not hold'}"
+            err = NotConverged(text)
             err.report = report  # type: ignore[attr-defined]
             err.path = path  # type: ignore[attr-defined]
             raise err
-        return VerifyResult(plan.id, ok, report, path, self._summary(report), list(self.warnings))
+        return VerifyResult(plan.id, True, report, path, self._summary(report), list(self.warnings))
 
     def _maintenance(self, ok: bool, report: dict[str, Any], wrote: bool) -> dict[str, Any]:
         """The brokers' maintenance state after this verify (planner/execution/lifecycle.py): a drain's become
@@ -277,11 +287,20 @@ class Verifier:
             ctx = self._context(run, z, live, record)
             reasons = diagnose(plan, statuses, ctx)
             stalled = [{"partition": preflight.name(k), "reasons": v} for k, v in sorted(reasons.items())]
+        every: dict[Key, PartStatus] | None = None
+        if self.opts.cluster_wide or plan.kind == "drain":
+            all_keys = self._read(self.view.all_partition_keys)
+            every = self._read(lambda: self.view.partitions(all_keys))
+        intent = drain_intent(self.view, plan, every, self.opts.connect)
         report: dict[str, Any] = {
             "format": REPORT_FORMAT,
             "plan_id": plan.id,
             "at": rs.now(),
-            "converged": ok,
+            # converged: the plan's partitions are at their targets AND the plan's intent holds (a drain's
+            # brokers host and lead nothing); plan_converged: the partitions alone
+            "converged": ok and (intent is None or intent["holds"]),
+            "plan_converged": ok,
+            "intent": intent,
             "partitions": {"converged": len(done), "total": len(keys)},
             "leaders_on_preferred": {"count": len(preferred), "total": len(keys)},
             "offline_count": len(offline),
@@ -298,11 +317,9 @@ class Verifier:
             "warnings": list(self.warnings),
             "writes_skipped": skipped,
         }
-        if self.opts.cluster_wide:
-            all_keys = self._read(self.view.all_partition_keys)
-            every = self._read(lambda: self.view.partitions(all_keys))
+        if self.opts.cluster_wide and every is not None:
             report["cluster"] = {
-                "partitions": len(all_keys),
+                "partitions": len(every),
                 "offline": sum(1 for s in every.values() if s.has_state and (s.leader == -1 or s.leader not in live)),
                 "under_replicated": sum(1 for s in every.values()
                                         if s.replicas is not None and len(set(s.isr)) < len(s.target or ())),
@@ -334,7 +351,11 @@ def table(report: dict[str, Any]) -> str:
     """The report as the CLI prints it."""
     p = report["partitions"]
     lp = report["leaders_on_preferred"]
-    rows = [("converged", "yes" if report["converged"] else "NO"),
+    intent = report.get("intent")
+    conv = "yes" if report["converged"] else "NO"
+    if not report["converged"] and report.get("plan_converged") and intent and not intent["holds"]:
+        conv = "NO: the plan's partitions did, but the drain is not complete (below)"
+    rows = [("converged", conv),
             ("partitions converged", f"{p['converged']:,} / {p['total']:,}"),
             ("leaders on preferred", f"{lp['count']:,} / {lp['total']:,}"),
             ("offline (plan)", f"{report['offline_count']:,}"),
@@ -343,6 +364,10 @@ def table(report: dict[str, Any]) -> str:
         c = report["cluster"]
         rows.append(("offline (cluster)", f"{c['offline']:,} of {c['partitions']:,}"))
         rows.append(("under-replicated (cluster)", f"{c['under_replicated']:,}"))
+    if intent:
+        rows.append((f"broker(s) {','.join(map(str, intent['brokers']))} empty",
+                     "yes (no replica, no leadership anywhere in the cluster)" if intent["holds"] else
+                     f"NO: {intent['remaining_count']:,} partitions still there, {intent['leading_count']:,} led"))
     rows.append(("throttles remaining", str(len(report["throttles_remaining"]))))
     secs = report["seconds_to_converge"]
     rows.append(("seconds to converge", "-" if secs is None else f"{secs:.2f}"))
@@ -357,6 +382,13 @@ def table(report: dict[str, Any]) -> str:
         out.append(f"    stalled {s['partition']}: {', '.join(s['reasons'])}")
     if len(report["stalled"]) > 50:
         out.append(f"    ... {len(report['stalled']) - 50} more stalled partitions in report.json")
+    if intent and not intent["holds"]:
+        for r in intent["remaining"][:20]:
+            out.append(f"    still on broker(s) {','.join(map(str, intent['brokers']))}: {r['topic']}-{r['partition']} "
+                       f"replicas {r['replicas']} leader {r['leader']} ({r['reason']})")
+        if intent["remaining_count"] > 20:
+            out.append(f"    ... {intent['remaining_count'] - 20} more in report.json")
+        out.append(f"  next: {intent['next']}")
     for b, st in ((report.get("maintenance") or {}).get("set") or {}).items():
         out.append(f"  maintenance: broker {b} is now {st or 'in service (out of maintenance)'}")
     for b, why in ((report.get("maintenance") or {}).get("kept") or {}).items():

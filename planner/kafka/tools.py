@@ -84,3 +84,25 @@ def verify_status(output: str) -> dict[str, str]:
         for m in rx.finditer(output):
             out[m.group(1)] = state
     return out
+
+
+# kafka-topics.sh: kafka-tools since 3.5 (KAFKA-14592), the core jar before.
+TOPIC_CLASSES = ("org.apache.kafka.tools.TopicCommand", "kafka.admin.TopicCommand")
+
+
+def topic_class(jars: KafkaJars) -> str:
+    from planner.kafka.jars import _find_class
+
+    return _find_class(jars.lib, TOPIC_CLASSES)
+
+
+def create_topic(jars: KafkaJars, bootstrap: str, name: str, assignment: list[list[int]],
+                 config: dict[str, str] | None = None, timeout: float = 120) -> ToolResult:
+    """kafka-topics.sh --bootstrap-server B --create --topic T --replica-assignment 2:3,4:2 [--config k=v]:
+    a topic with this exact assignment, created the way operators create one (Kafka's CreateTopics through
+    the controller; every partition must have the same number of replicas, as Kafka requires)."""
+    spec = ",".join(":".join(str(b) for b in replicas) for replicas in assignment)
+    args = ["--bootstrap-server", bootstrap, "--create", "--topic", name, "--replica-assignment", spec]
+    for k, v in (config or {}).items():
+        args += ["--config", f"{k}={v}"]
+    return run_tool(jars, topic_class(jars), args, timeout=timeout)

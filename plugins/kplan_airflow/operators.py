@@ -16,12 +16,13 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
@@ -156,13 +157,14 @@ class RiskOperator(SparkSubmitOperator):
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "drains", "mode", "all_brokers",
-                                      "all_racks")
+                                      "all_racks", "zk_conn_id")
     ui_color = "#fdf2e8"
 
     def __init__(self, *, drains: Any = (), mode: str = "both", all_brokers: Any = False, all_racks: Any = False,
                  after_plan: bool = False, kafka_version: str = "3.7", conn_id: str = "spark_default",
-                 **kwargs: Any) -> None:
+                 zk_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(conn_id=conn_id, name="kplan-drain-risk", **kwargs)
+        self.zk_conn_id = zk_conn_id   # after_plan: read the cluster again and score the plan on it (api.reread)
         self.drains = drains
         self.mode = mode
         self.all_brokers = all_brokers
@@ -201,8 +203,13 @@ class RiskOperator(SparkSubmitOperator):
                     "to YARN): define it, e.g. AIRFLOW_CONN_SPARK_DEFAULT='{\"conn_type\": \"spark\", \"host\": "
                     "\"local[2]\"}' or spark://master:7077") from None
             inputs = (run.snapshot, run.plan) if self.after_plan else (run.snapshot,)
-            with planner_errors(step), run.step_writer(step, inputs=inputs) as tmp:
-                spec = api.risk_submit(dataclasses.replace(req, out=tmp))
+            target = _zk(self.zk_conn_id) if self.after_plan and self.zk_conn_id else None
+            with planner_errors(step), run.step_writer(step, inputs=inputs) as tmp, ExitStack() as stack:
+                job_req = dataclasses.replace(req, out=tmp)
+                if target is not None:   # whatever appeared since the snapshot counts (issue 19)
+                    job_req = stack.enter_context(api.reread(dataclasses.replace(
+                        job_req, zk=target.connect, auth=target.auth), final, progress=_log_progress(self)))
+                spec = api.risk_submit(job_req)
                 self.application = str(spec.application)
                 self.application_args = list(spec.args)
                 self.conf = dict(spec.conf)
@@ -429,13 +436,18 @@ class PublishOperator(BaseOperator):
             runs.update_review(run, **record, status="nothing to do")
             raise AirflowSkipException(f"plan {plan.id} has no moves: the cluster is already as asked; "
                                        "nothing to review or apply")
+        intent = (after or {}).get("intent")
+        if intent and not intent.get("holds"):
+            record["intent_after_plan"] = {k: intent.get(k) for k in ("holds", "brokers", "remaining_count")}
         reason = self._review_reason(plan, after_level)
+        if intent and not intent.get("holds"):   # never applied without a person seeing this
+            reason = "; ".join(x for x in (reason, "the drain would not empty its brokers (see the warning)") if x)
         limits = (self.auto_approve_max_moves, self.auto_approve_max_bytes, self.auto_approve_max_risk)
         shown = reason if any(v not in (None, "") for v in limits) else None  # why auto-approve did not apply
         runs.update_review(run, **record, status="awaiting approval" if reason else "auto-approved",
                            review_reason=shown)
         subject = f"{sm.title(plan)}: apply plan {plan.id[7:19]}? ({plan.summary.get('replica_moves')} replica moves)"
-        body = sm.approval_body(plan, pairs, url, shown, schedule)
+        body = sm.approval_body(plan, pairs, url, shown, schedule, intent)
         self.log.info("%s\n%s", subject, sm.text_report(plan, pairs))
         return {"plan_id": plan.id, "subject": subject, "body": body, "require_approval": bool(reason),
                 "reason": reason, "url": url}
@@ -564,6 +576,13 @@ class VerifyOperator(BaseOperator):
                                            "auth": target.auth, "fail": False})
         runs.update_review(run, status="verifying")
         out = call("verify", api.verify, req, progress=_log_progress(self))
+        intent = out.report.get("intent")
+        if intent is not None:
+            runs.update_review(run, intent={k: intent[k] for k in ("holds", "brokers", "remaining_count", "next")})
+        if not out.converged and out.report.get("plan_converged") and intent and not intent["holds"]:
+            # the plan's partitions converged; the drain did not: a topic made after the snapshot, say
+            runs.update_review(run, status="drain not complete")
+            raise AirflowFailException(f"verify: plan {out.plan_id} converged, but {intent['text']}")
         if not out.converged:
             runs.update_review(run, status="not converged")
             stalled = out.report.get("stalled") or []
@@ -634,3 +653,41 @@ class IdleCheckOperator(BaseOperator):
         drained = [e["broker"] for e in manifest.get("maintenance") or () if e.get("state") == "drained"]
         self.log.info("cluster idle: no reassignment in flight, no drain running%s",
                       f"; drained brokers {drained} are left out of the plan" if drained else "")
+
+
+FOLLOW_UP_PARAMS = ("shutdown_mode", "sweep", "leader_scope", "max_leader_changes", "throttle",
+                    "max_concurrent_per_broker", "exclude_topics", "verify_timeout", "zk_conn_id", "sizes")
+
+
+class FollowUpDrainOperator(TriggerDagRunOperator):
+    """After verify, whatever it ended with (trigger rule all_done): when the drain's intent does not hold (its
+    brokers still host partitions: a topic created after the snapshot, say), offer the follow-up drain as a new
+    plan for review: a new run of this DAG for the same brokers, with this run's parameters and approval
+    required. Skipped when the intent holds, or there is no verify report (nothing was applied)."""
+
+    ui_color = "#fdf5e8"
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", "all_done")
+        kwargs.setdefault("trigger_dag_id", "kafka_broker_drain")
+        super().__init__(**kwargs)
+
+    def execute(self, context: Context) -> Any:
+        run = run_folder(context)
+        report = runs.read_json(run.report) or {}
+        intent = report.get("intent")
+        if not intent or intent.get("holds") is not False:
+            raise AirflowSkipException("no follow-up needed: " + (
+                "the drained brokers host and lead nothing" if intent else "no drain was verified in this run"))
+        params = context.get("params") or {}
+        conf = {k: params[k] for k in FOLLOW_UP_PARAMS if k in params}
+        conf.update(brokers=list(intent["brokers"]), require_approval=True)
+        self.trigger_dag_id = context["dag"].dag_id
+        self.conf = conf
+        self.trigger_run_id = f"follow_up__{context['run_id']}"
+        self.note = (f"Follow-up of {context['run_id']}: broker(s) {','.join(map(str, intent['brokers']))} still "
+                     f"host {intent['remaining_count']} partitions; plan their drain for review")
+        runs.update_review(run, status="drain not complete: follow-up offered", follow_up_run=self.trigger_run_id)
+        self.log.warning("%s\noffering the follow-up drain for review as run %s of %s", intent.get("text"),
+                         self.trigger_run_id, self.trigger_dag_id)
+        return super().execute(context)

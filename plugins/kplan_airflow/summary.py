@@ -186,7 +186,7 @@ def human_duration(seconds: float | None) -> str:
 
 
 def approval_body(plan: Any, pairs: list[dict[str, Any]], url: str | None, reason: str | None = None,
-                  schedule: Any = None, limit: int = 12) -> str:
+                  schedule: Any = None, intent: Mapping[str, Any] | None = None, limit: int = 12) -> str:
     """Markdown for the ApprovalOperator: plan summary, risk before/after, link to the plan page."""
     f = plan_figures(plan)
     lines = [
@@ -201,6 +201,8 @@ def approval_body(plan: Any, pairs: list[dict[str, Any]], url: str | None, reaso
         f"(at most {f['max_concurrent_per_broker']} moves per broker at a time)",
         *schedule_lines(schedule),
     ]
+    if intent and not intent.get("holds"):
+        lines.append(f"- ⚠ **After this plan, on the cluster as read again: {intent.get('text')}**")
     for line in maintenance_lines(f):
         lines.append(f"- 🛠 {line}")
     for w in f["warnings"]:
