@@ -51,7 +51,7 @@ with DAG(
         "max_disk_usage": Param(0.85, type="number", exclusiveMinimum=0, maximum=1, title="Max disk usage",
                                 description="No broker may hold more than this fraction of its log dirs' capacity "
                                 "after the plan or at any batch boundary"),
-        "throttle": Param(None, type=["null", "integer"], minimum=1, title="Throttle (bytes/s)"),
+        "throttle": Param(None, type=["null", "integer"], minimum=102_400, title="Throttle (bytes/s)"),
         "no_throttle": Param(False, type="boolean", title="Copy without a throttle",
                              description="Only when neither a throttle nor the plan's suggestion gives a batch a "
                              "rate (a plan without sizes): copy it at full speed on purpose. Off: such a plan is "

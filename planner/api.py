@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -414,13 +415,17 @@ class ApplyRequest:
     reason: str | None = None                 # why (a drain's or return's brokers' maintenance state records it)
     run: str | None = None                    # the run it belongs to, recorded with that state (default: the
     #                                           plan folder's parent, the run folder)
+    # Set from another thread or a signal handler (the CLI's Ctrl-C / SIGTERM, Airflow's on_kill) to stop: the
+    # batch in flight finishes, this run's throttles go, the run is recorded as stopped (state "interrupted").
+    stop: threading.Event | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
 class ApplyOutcome:
     path: Path | None
     plan_id: str
-    state: str                                # completed | already-completed | cancelled | reverted | dry-run
+    state: str                                # completed | already-completed | cancelled | reverted | dry-run |
+    #                                           interrupted (a stop request honoured between batches)
     batches_done: int = 0
     batches_total: int = 0
     warnings: tuple[str, ...] = ()
@@ -510,7 +515,7 @@ def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutc
         # plan is refused further on: it is run whole by `kplan roll`
         raise BadInput(refusal)
     opts = Options(throttle=req.throttle, poll=req.poll, timeout=req.wait, lock_wait=req.lock_wait,
-                   dry_run=req.dry_run, reason=req.reason, run=req.run)
+                   dry_run=req.dry_run, reason=req.reason, run=req.run, stop=req.stop)
     r = steps.apply(req.zk, req.plan, opts, max_concurrent=req.max_concurrent_per_broker, auth=req.auth,
                     connect_timeout=req.timeout, out=req.out, progress=_exec_progress("apply", progress))
     path = None if req.dry_run else steps.apply_folder(req.plan, req.out)

@@ -3,12 +3,14 @@
 Each command lives in `planner/commands/<name>.py` with `add_parser(subparsers)`; the library is imported
 only when a command runs, so `kplan --help` stays fast and Spark/OR-Tools load only where needed.
 Exit codes: 0 done, 1 did not converge / refused for safety, 2 bad input (nothing written; an infeasible
-plan request is bad input too), 130 interrupted (Ctrl-C; nothing half-written is left).
+plan request is bad input too), 130 / 143 interrupted by Ctrl-C / SIGTERM (both handled alike: nothing
+half-written is left; apply first finishes the batch in flight), 141 the reader of stdout went away.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
@@ -17,6 +19,7 @@ import sys
 import threading
 
 from planner import __version__
+from planner.commands._signals import SIGNALS
 from planner.errors import PlannerError
 
 COMMANDS = ["sandbox", "snapshot", "risk", "plan", "apply", "verify", "cancel", "brokers", "maintenance", "roll"]
@@ -53,23 +56,23 @@ def main(argv: list[str] | None = None) -> int:
         # Py4J also logs through the root logger (with a traceback) when Ctrl-C interrupts a call
         for handler in logging.getLogger().handlers:
             handler.addFilter(lambda r: f"{os.sep}py4j{os.sep}" not in r.pathname)
-    interrupted = False
-    previous = None
-
-    def on_interrupt(signum: int, frame: object) -> None:
-        nonlocal interrupted
-        interrupted = True
-        raise KeyboardInterrupt
-
+    previous: dict[int, object] = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, on_interrupt)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, SIGNALS.handle)
+    SIGNALS.reset()
     try:
         rc = args.func(args)
+        sys.stdout.flush()   # a closed pipe shows here, not in the interpreter's exit
     except BaseException as e:   # noqa: BLE001 - every way a command ends gets one line, never a traceback
-        if interrupted or isinstance(e, KeyboardInterrupt):
-            # Ctrl-C: whatever broke on the way out (Py4J losing its JVM, ...) is part of the interrupt
-            print(f"kplan {args.command}: interrupted (nothing was left half-written)", file=sys.stderr)
-            return 130
+        if isinstance(e, BrokenPipeError) or (isinstance(e, OSError) and e.errno == errno.EPIPE):
+            return _broken_pipe()
+        if SIGNALS.signum is not None or isinstance(e, KeyboardInterrupt):
+            # Ctrl-C / SIGTERM: whatever broke on the way out (Py4J losing its JVM, ...) is part of the interrupt
+            detail = getattr(e, "detail", None)
+            print(f"kplan {args.command}: interrupted{SIGNALS.by()}: "
+                  + (detail or "nothing was left half-written"), file=sys.stderr)
+            return SIGNALS.exit_code()
         if isinstance(e, PlannerError):
             print(f"kplan {args.command}: error: {e}", file=sys.stderr)
             return e.exit_code
@@ -79,9 +82,23 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         raise
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        SIGNALS.graceful = None
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)   # type: ignore[arg-type]
     return int(rc or 0)
+
+
+def _broken_pipe() -> int:
+    """The reader went away (`kplan ... | head -1`): no message, the exit status a SIGPIPE would give, and
+    stdout pointed at /dev/null so the interpreter's last flush does not complain either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 128 + signal.SIGPIPE
+
+
 
 
 if __name__ == "__main__":

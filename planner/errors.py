@@ -55,3 +55,13 @@ class SafetyRefusal(PlannerError):
 
 class NotConverged(PlannerError):
     """The cluster did not reach the plan's target within the time allowed (verify); it may still get there."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C / SIGTERM stopped a step that writes to the cluster; `detail` says exactly what remains (a batch in
+    flight, its throttles) and which command removes it. A KeyboardInterrupt, so it is never caught as an
+    error (the CLI exits 130 / 143 with `detail`)."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
+        self.detail = detail

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -17,10 +18,20 @@ import pyarrow.json as pj
 from planner.errors import BadInput
 
 
-def read_sizes(path: Path | str) -> tuple[pa.Array, np.ndarray, np.ndarray]:
-    """Partition sizes from `kafka-log-dirs.sh --describe` output: (topic, partition, largest replica size).
+class Sizes(NamedTuple):
+    """Replica sizes from a kafka-log-dirs.sh file, one row per replica: topic, partition, size, broker."""
 
-    The tool prints a few status lines before the JSON document; the line that starts with '{' is used."""
+    topic: pa.Array
+    partition: np.ndarray
+    size: np.ndarray
+    broker: np.ndarray
+
+
+def read_sizes(path: Path | str) -> Sizes:
+    """Replica sizes from `kafka-log-dirs.sh --describe` output (one row per replica, with its broker).
+
+    The tool prints a few status lines before the JSON document; the line that starts with '{' is used. A
+    negative size is refused (Kafka never reports one: the file was edited or is not the tool's)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -35,12 +46,20 @@ def read_sizes(path: Path | str) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     try:
         table = pj.read_json(io.BytesIO(doc), read_options=pj.ReadOptions(block_size=len(doc) + 1024))
         brokers = pc.list_flatten(table.column("brokers"))
-        dirs = pc.list_flatten(pc.struct_field(brokers, "logDirs"))
-        entries = pc.list_flatten(pc.struct_field(dirs, "partitions"))
+        broker_ids = pc.struct_field(brokers, "broker")
+        dirs_list = pc.struct_field(brokers, "logDirs")
+        dirs = pc.list_flatten(dirs_list)
+        parts_list = pc.struct_field(dirs, "partitions")
+        entries = pc.list_flatten(parts_list)
         if len(entries) == 0:
-            return pa.array([], pa.string()), np.zeros(0, np.int32), np.zeros(0, np.int64)
+            return Sizes(pa.array([], pa.string()), np.zeros(0, np.int32), np.zeros(0, np.int64),
+                         np.zeros(0, np.int64))
         names = pc.struct_field(entries, "partition")
         size = pc.struct_field(entries, "size")
+        dir_of = pc.list_parent_indices(parts_list).to_numpy()
+        broker_of_dir = pc.list_parent_indices(dirs_list).to_numpy()
+        entry_broker = pc.fill_null(broker_ids, -1).to_numpy(zero_copy_only=False).astype(np.int64)[
+            broker_of_dir[dir_of]]
     except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, IndexError) as e:
         raise BadInput(f"sizes file {path} is not kafka-log-dirs.sh --describe JSON: {e}") from None
     if not pa.types.is_string(names.type) or not pa.types.is_integer(size.type):
@@ -49,15 +68,31 @@ def read_sizes(path: Path | str) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     if m.null_count:
         bad = pc.filter(names, pc.is_null(m))[0].as_py()
         raise BadInput(f"sizes file {path}: partition {bad!r} is not <topic>-<partition>")
+    sizes = pc.fill_null(size, -1).to_numpy().astype(np.int64)
+    negative = np.flatnonzero((sizes < 0) & pc.is_valid(size).to_numpy(zero_copy_only=False))
+    if len(negative):
+        i = int(negative[0])
+        raise BadInput(f"sizes file {path}: partition {names[i].as_py()} on broker {int(entry_broker[i])} has size "
+                       f"{int(sizes[i])}: sizes are never negative (edited, or not kafka-log-dirs.sh output?)"
+                       + (f"; {len(negative) - 1} more" if len(negative) > 1 else ""))
     topic = pc.struct_field(m, "t")
     part = pc.cast(pc.struct_field(m, "p"), pa.int32()).to_numpy()
-    sizes = pc.fill_null(size, -1).to_numpy()
-    return topic, part, sizes.astype(np.int64)
+    return Sizes(topic, part, sizes, entry_broker)
 
 
-def merge_sizes(partitions: pa.Table, sizes: tuple[pa.Array, np.ndarray, np.ndarray]) -> tuple[pa.Table, int]:
-    """Set size_bytes to the largest replica size per partition. Returns (table, entries not in the snapshot)."""
-    s_topic, s_part, s_size = sizes
+def foreign_brokers(sizes: Sizes, known: set[int]) -> dict[int, int]:
+    """Brokers the file has sizes from that the cluster does not know: broker -> replica sizes from it."""
+    ids, n = np.unique(sizes.broker, return_counts=True)
+    return {int(b): int(c) for b, c in zip(ids.tolist(), n.tolist(), strict=True) if int(b) not in known}
+
+
+def merge_sizes(partitions: pa.Table, sizes: Sizes, skip: set[int] = frozenset()) -> tuple[pa.Table, int]:
+    """Set size_bytes to the largest replica size per partition. Returns (table, entries not in the snapshot).
+    Sizes reported by the brokers in `skip` (not in the cluster) are not used."""
+    keep = ~np.isin(sizes.broker, np.array(sorted(skip), dtype=np.int64)) if skip else None
+    s_topic, s_part, s_size = sizes.topic, sizes.partition, sizes.size
+    if keep is not None:
+        s_topic, s_part, s_size = pc.filter(s_topic, pa.array(keep)), s_part[keep], s_size[keep]
     topic_col = partitions.column("topic").combine_chunks()
     dictionary = topic_col.dictionary
     t_idx = pc.fill_null(pc.index_in(s_topic, value_set=dictionary), -1).to_numpy().astype(np.int64)

@@ -42,6 +42,33 @@ def is_hot_spot_warning(text: str) -> bool:
     return text.startswith(HOT_SPOT_WARNING)
 
 
+def replica_spread_text(plan: Plan) -> str:
+    """What the replica spread counts, in words: "replicas per broker on the 5 brokers that stay: 141..171 (spread
+    30) -> 182..230 (spread 48); drained: broker 1 179 -> 0". The spread is max - min over the brokers that
+    may hold replicas (eligible): a drained broker ends at 0 and is not counted, brokers left out (maintenance)
+    neither. Plans without per-broker figures: the two numbers alone."""
+    b, before, after = plan.brokers, plan.before, plan.after
+    rb, ra = list(before.get("replicas") or ()), list(after.get("replicas") or ())
+    if not (b.ids and len(rb) == len(ra) == len(b.ids) == len(b.eligible)):
+        return f"replica spread {before.get('replica_spread')} -> {after.get('replica_spread')}"
+    elig = [i for i, e in enumerate(b.eligible) if e]
+
+    def span(xs: list[int]) -> str:
+        vals = [xs[i] for i in elig]
+        return f"{min(vals)}..{max(vals)} (spread {max(vals) - min(vals)})" if vals else "-"
+
+    noun = "broker that stays" if plan.kind == "drain" and len(elig) == 1 else \
+        "brokers that stay" if plan.kind == "drain" else "broker" if len(elig) == 1 else "eligible brokers"
+    out = f"replicas per broker on the {len(elig)} {noun}: {span(rb)} -> {span(ra)}"
+    drained = [i for i, d in enumerate(b.drained) if d]
+    if drained:
+        out += "; drained: " + ", ".join(f"broker {b.ids[i]} {rb[i]} -> {ra[i]}" for i in drained)
+    other = [i for i in range(len(b.ids)) if not b.eligible[i] and not b.drained[i]]
+    if other:
+        out += "; not counted (not eligible): " + ", ".join(f"broker {b.ids[i]} {rb[i]} -> {ra[i]}" for i in other)
+    return out
+
+
 def plan_id(doc: Mapping[str, Any]) -> str:
     """sha256 of the canonical JSON (sorted keys, no spaces) of the document without its id."""
     body = {k: v for k, v in doc.items() if k != "id"}

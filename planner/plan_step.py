@@ -126,6 +126,13 @@ def run_plan(kind: str, req: Request, say: Callable[[str], None]) -> PlanOutcome
         params.undo = tuple((m.topic, m.partition, m.from_replicas, m.to_replicas) for p in undo_plans
                             for m in p.moves if m.kind == "data")
         params.undo_plan = ",".join(p.id for p in undo_plans) or None
+    if kind == "rebalance" and params.balance == "bytes" and not pb.sizes_known:
+        # a bytes balance on unknown sizes would level nothing real: say so, and level replica counts
+        unknown = int((pb.sizes < 0).sum()) if len(pb.sizes) else pb.num_partitions
+        pb.warnings.append(f"balance bytes was asked, but the sizes of {count(unknown, 'partition')} are unknown "
+                           "(no sizes file, and the snapshot has none for them): balanced by replica count instead; "
+                           "give a sizes file (kafka-log-dirs.sh --describe output) to balance bytes")
+        params.balance = "count"
     load_s = time.perf_counter() - started
     say(f"{count(pb.num_partitions, 'partition')}, {count(pb.num_brokers, 'broker')}, "
         f"{'rack-aware' if pb.rack_aware else 'not rack-aware'}, "

@@ -200,10 +200,15 @@ def take_snapshot(zk: str, out: Path | str, *, sizes: Path | str | None = None, 
     tables = assemble(read, lenient)
     partitions = tables.partitions
     size_unmatched = 0
+    foreign: dict[int, int] = {}
     if size_data is not None:
-        partitions, size_unmatched = logdirs.merge_sizes(partitions, size_data)
-        if len(size_data[0]) and size_unmatched == len(size_data[0]):
-            raise BadInput(f"sizes file {sizes} names none of the cluster's partitions (from another cluster?)")
+        foreign = logdirs.foreign_brokers(size_data, set(tables.brokers.column("broker").to_pylist()))
+        partitions, size_unmatched = logdirs.merge_sizes(partitions, size_data, set(foreign))
+        used = len(size_data.topic) - sum(foreign.values())
+        if len(size_data.topic) and (used == 0 or size_unmatched == used):
+            raise BadInput(f"sizes file {sizes} names none of the cluster's partitions"
+                           + (f" on its brokers (it has sizes from broker(s) {sorted(foreign)} only)" if foreign
+                              else "") + " (from another cluster?)")
         tables = replace(tables, partitions=partitions)
     from_brokers = None
     if size_data is None and sizes_from == "brokers":
@@ -214,6 +219,10 @@ def take_snapshot(zk: str, out: Path | str, *, sizes: Path | str | None = None, 
     warnings = problems.all() + list(tables.warnings) + list(state.warnings)
     if from_brokers is not None:
         warnings.extend(size_warnings)
+    if foreign:
+        warnings.append({"path": str(sizes), "problem": "sizes from broker(s) the cluster does not know, not used: "
+                         + ", ".join(f"{b} ({n} replica sizes)" for b, n in sorted(foreign.items()))
+                         + " (a file from another cluster, or an old one?)"})
     if size_unmatched:
         warnings.append({"path": str(sizes), "problem": f"{size_unmatched} replica sizes name partitions that are "
                                                         "not in the snapshot"})

@@ -281,6 +281,18 @@ def verify_files(path: Path, manifest: dict[str, Any]) -> None:
                            "take the snapshot again")
 
 
+def verify_fingerprint(path: Path, manifest: dict[str, Any]) -> None:
+    """The manifest's fingerprint is recomputed from the partitions table on every read: plans and risk copy it,
+    and the files' checksums do not cover the manifest itself (docs/SNAPSHOT.md). ~0.06 s at 200k partitions."""
+    t = _read_table(path, "partitions", ["topic", "partition", "replicas"])
+    got = assignment_fingerprint(t.column("topic"), t.column("partition").to_numpy(), t.column("replicas"))
+    want = manifest.get("fingerprint")
+    if got != want:
+        raise BadInput(f"{path / 'manifest.json'}: its fingerprint {want} is not the fingerprint of the snapshot's "
+                       f"partitions ({got}): the manifest was edited or belongs to other tables; take the snapshot "
+                       "again")
+
+
 def read_manifest(path: Path | str) -> dict[str, Any]:
     """The manifest of a complete snapshot folder of this format, or BadInput saying what is wrong."""
     path = Path(path)
@@ -338,6 +350,7 @@ def read_snapshot(path: Path | str, lazy: bool = True) -> Snapshot:
     path = Path(path)
     manifest = read_manifest(path)
     verify_files(path, manifest)
+    verify_fingerprint(path, manifest)
     tables = {}
     for name in SCHEMAS:
         f = path / f"{name}.parquet"

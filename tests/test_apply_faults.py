@@ -171,7 +171,7 @@ def test_cancel_stops_after_the_batch_in_flight(cluster, tmp_path):
     assert env.kplan("apply", "--no-throttle", "--zk", env.connect, "--plan", str(plan_dir)) == 1  # a cancelled run stays cancelled
 
 
-def test_cancel_revert_of_a_killed_apply_moves_the_batch_back(cluster, tmp_path):
+def test_cancel_revert_of_a_killed_apply_moves_the_batch_back(cluster, tmp_path, capsys):
     env = cluster(drain_desc(size=20 * MB))
     plan_dir = tmp_path / "run" / "plan"
     doc = drain_plan(plan_dir, size=20 * MB)
@@ -180,7 +180,11 @@ def test_cancel_revert_of_a_killed_apply_moves_the_batch_back(cluster, tmp_path)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     # No apply runs any more: cancel takes the lock once the dead session is gone and does the work itself.
+    capsys.readouterr()
     assert env.kplan("cancel", "--zk", env.connect, "--plan", str(plan_dir), "--revert", "--timeout", "60") == 0
+    # batches 0 and 1 stay applied; batch 2 completed and was moved back (issue 19: it said 3)
+    assert "batch 2 was moved back to the replicas it started from; 2 of 3 batches stay applied" in \
+        capsys.readouterr().out
     run = env.check.run(doc)
     assert run["state"] == "reverted" and run["revert"]["unit"] == 2
     expect = {("a", 0): [2, 3], ("a", 1): [2, 1], ("b", 0): [3, 1]}
@@ -204,23 +208,93 @@ def test_verify_names_a_throttle_too_low_and_a_resumed_apply_raises_it(cluster, 
     env.check.assert_nothing_lost(rf_of(env.desc), FINAL)
 
 
-def test_ctrl_c_stops_cleanly_keeping_only_the_throttle_of_the_move_in_flight(cluster, tmp_path):
+class Lines:
+    """A child's output, line by line, each with the time it arrived (to measure when something was said)."""
+
+    def __init__(self, proc: subprocess.Popen):
+        import threading
+        import time
+
+        self.got: list[tuple[float, str]] = []
+        self._clock = time.monotonic
+
+        def read() -> None:
+            for line in proc.stdout:
+                self.got.append((self._clock(), line.rstrip("\n")))
+
+        self.thread = threading.Thread(target=read, daemon=True)
+        self.thread.start()
+
+    def first(self, text: str) -> float | None:
+        return next((t for t, line in self.got if text in line), None)
+
+    @property
+    def text(self) -> str:
+        self.thread.join(30)
+        return "\n".join(line for _, line in self.got)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_finishes_the_batch_in_flight_then_removes_the_throttles_and_records_the_run(
+        cluster, tmp_path, sig):
+    """Issue 19 item 3: an interrupted apply ends as cancel does: the batch in flight finishes, the run's
+    throttles go, the run is recorded as stopped (resumable), the lock is released; answered at once."""
+    import time
+
     env = cluster(drain_desc(size=30 * MB))
     plan_dir = tmp_path / "run" / "plan"
     doc = drain_plan(plan_dir, size=30 * MB)
     proc = spawn_apply(env, plan_dir, "--throttle", "10MB")
+    out = Lines(proc)
     poll(in_flight(env, doc, 1), what="batch 1 in flight")
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 130, out
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    name = signal.Signals(sig).name
+    text = out.text
+    assert proc.returncode == 128 + sig, text
+    answered = out.first(f"kplan apply: {name}: stopping after the batch in flight")
+    assert answered is not None and answered - sent < 2.0, text
+    assert "stopped on request: 2 of 3 batches applied, none in flight, no throttle of this run left" in text
+    assert "Traceback" not in text
+    # ZooKeeper, raw: batch 1 (a-0 -> [2, 3]) finished; nothing of the run is left but its record
+    assert env.check.unit_states(doc) == ["completed", "completed", "pending"]
+    assert env.check.replicas("a", 0) == [2, 3] and not env.check.exists("/admin/reassign_partitions")
+    assert env.check.throttles() == {} and env.check.lock_holders() == []
     run = env.check.run(doc)
     assert run["state"] == "failed" and "interrupted" in run["error"]
-    assert env.check.lock_holders() == []  # released on the way out, not at session expiry
-    # a-0 is still copying to broker 3: its throttle stays (removing it would unthrottle the copy), no other
-    thr = env.check.throttles()
-    assert thr["topics/a"] == {"leader.replication.throttled.replicas": "0:1,0:2",
-                               "follower.replication.throttled.replicas": "0:3"}
-    assert "topics/b" not in thr and set(thr) == {"topics/a", "brokers/1", "brokers/2", "brokers/3"}
+    outcome = json.loads((tmp_path / "run" / "apply" / "outcome.json").read_text())
+    assert outcome["state"] == "interrupted"
     assert env.kplan("apply", "--zk", env.connect, "--plan", str(plan_dir), "--throttle", "100MB", "--poll",
                      "0.2") == 0
     env.check.assert_nothing_lost(rf_of(env.desc), FINAL)
+
+
+def test_a_second_interrupt_leaves_at_once_naming_what_is_left_and_the_command_that_removes_it(cluster, tmp_path):
+    env = cluster(drain_desc(size=30 * MB))
+    plan_dir = tmp_path / "run" / "plan"
+    doc = drain_plan(plan_dir, size=30 * MB)
+    proc = spawn_apply(env, plan_dir, "--throttle", "6MB")   # batch 1: 5 s
+    out = Lines(proc)
+    poll(in_flight(env, doc, 1), what="batch 1 in flight")
+    proc.send_signal(signal.SIGTERM)
+    poll(lambda: out.first("stopping after the batch in flight"), what="the first signal answered")
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=10)
+    text = out.text
+    assert proc.returncode == 143, text   # the first signal is what stopped it
+    assert env.check.unit_states(doc) == ["completed", "submitted", "pending"]   # still copying
+    assert "kplan apply: interrupted by SIGTERM: the run is recorded as stopped; batch 1 is still moving in Kafka " \
+           "(1 partition), with this run's replication throttles on topic a, broker 1, broker 2, broker 3. `kplan" in text
+    assert f"`kplan cancel --zk {env.connect} --plan {plan_dir}` waits for it, removes those throttles" in text
+    # raw: exactly what it said is left; the lock is not
+    thr = env.check.throttles()
+    assert set(thr) == {"topics/a", "brokers/1", "brokers/2", "brokers/3"}
+    assert thr["topics/a"] == {"leader.replication.throttled.replicas": "0:1,0:2",
+                               "follower.replication.throttled.replicas": "0:3"}
+    assert env.check.lock_holders() == []
+    # ... and the command it named removes it
+    assert env.kplan("cancel", "--zk", env.connect, "--plan", str(plan_dir), "--timeout", "60",
+                     "--poll", "0.2") == 0
+    assert env.check.throttles() == {} and env.check.lock_holders() == []
+    assert env.check.run(doc)["state"] == "cancelled" and env.check.replicas("a", 0) == [2, 3]

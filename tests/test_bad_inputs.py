@@ -153,6 +153,31 @@ def _executing(c: Ctx, command: str, zk_suffix: str = "", extra: tuple[str, ...]
             *extra]
 
 
+def _edited_fingerprint(c: Ctx) -> Path:
+    """The manifest's fingerprint edited (the tables untouched): plans and risk would copy it."""
+    snap = c.snapshot()
+    m = json.loads((snap / "manifest.json").read_text())
+    m["fingerprint"] = "sha256:" + "1" * 64
+    (snap / "manifest.json").write_text(json.dumps(m))
+    return snap
+
+
+def _logdirs(c: Ctx, size: int, broker: int = 1) -> Path:
+    f = c.tmp / "logdirs.json"
+    f.write_text(json.dumps({"version": 1, "brokers": [{"broker": broker, "logDirs": [
+        {"logDir": "/d", "error": None, "partitions": [{"partition": "payments-0", "size": size, "offsetLag": 0,
+                                                         "isFuture": False}]}]}]}))
+    return f
+
+
+def _sized_plan(c: Ctx, nbytes: int) -> Path:
+    """A plan whose one data move copies `nbytes` into broker 2 (written from docs/PLAN.md)."""
+    from apply_support import write_plan
+
+    write_plan(c.tmp / "plan", [("payments", 0, [1], [2], nbytes)], [("data", [("payments", 0, [2])])])
+    return c.tmp / "plan"
+
+
 def _other_plans_report(c: Ctx) -> list[str]:
     argv = _executing(c, "verify", extra=("--timeout", "0"))
     (c.tmp / "report.json").write_text(json.dumps({"plan_id": "sha256:" + "ab" * 32, "converged": True}))
@@ -264,6 +289,24 @@ CASES = [
          2, "is not empty (keep.txt)", zk=True, keep=True),
     Case("verify-over-another-plans-report", _other_plans_report, 2, "holds the records of plan sha256:abab",
          zk=True),
+    # --- issue 19 item 7: the smaller things
+    Case("plan-manifest-fingerprint-edited", lambda c: ["plan", "drain", "--snapshot", str(_edited_fingerprint(c)),
+                                                        "--brokers", "1", "--out", str(c.out)],
+         2, "manifest.json: its fingerprint sha256:1111111111111111111111111111111111111111111111111111111111111111 "
+            "is not the fingerprint of the snapshot's partitions"),
+    Case("risk-manifest-fingerprint-edited", lambda c: ["risk", "--snapshot", str(_edited_fingerprint(c)), "--out",
+                                                        str(c.out)], 2, "the manifest was edited"),
+    Case("snapshot-negative-size", lambda c: ["snapshot", "--zk", c.load(SEED), "--out", str(c.out), "--sizes",
+                                              str(_logdirs(c, -5))],
+         2, "partition payments-0 on broker 1 has size -5: sizes are never negative", zk=True),
+    Case("apply-throttle-1-byte", lambda c: ["apply", "--zk", "127.0.0.1:1", "--plan", str(_sized_plan(c, 10**6)),
+                                             "--throttle", "1"],
+         2, "throttle 1 B/s is below the floor of 100.0 KiB/s (a replication throttle that low never lets a real "
+            "batch finish; at 1 B/s batch 0 would take 11.6 days to copy 976.6 KiB into broker 2)"),
+    Case("apply-throttle-too-low-for-the-plan", lambda c: ["apply", "--zk", "127.0.0.1:1", "--plan",
+                                                           str(_sized_plan(c, 400 * 2**30)), "--throttle", "200KiB"],
+         2, "throttle 200.0 KiB/s is too low for this plan; at 200.0 KiB/s batch 0 would take 24.3 days to copy "
+            "400.0 GiB into broker 2, over the limit of 7.0 days per batch; give at least 693.5 KiB/s"),
     # --- corrupt or edited files (item 5)
     Case("plan-truncated-parquet", lambda c: ["plan", "drain", "--snapshot", str(_truncated(c)), "--brokers",
                                               "1", "--out", str(c.out)],
@@ -589,3 +632,73 @@ def test_a_zero_throttle_is_refused_naming_the_way_to_copy_unthrottled(tmp_path,
     err = capsys.readouterr().err
     assert "argument --throttle: a throttle of 0 would stall the copy" in err and "--no-throttle" in err
     assert sorted(tmp_path.rglob("*")) == before
+
+
+# ------------------------------------------------------------------------------- issue 19: the smaller things
+def test_sizes_from_a_broker_the_cluster_does_not_know_are_named_and_not_used(zk_client, zk_connect, tmp_path,
+                                                                              capsys):
+    loader.load_cluster(zk_client, SEED)
+    c = Ctx(tmp_path)
+    f = tmp_path / "logdirs.json"
+    f.write_text(json.dumps({"version": 1, "brokers": [
+        {"broker": b, "logDirs": [{"logDir": "/d", "error": None, "partitions": [
+            {"partition": "payments-0", "size": n, "offsetLag": 0, "isFuture": False}]}]}
+        for b, n in ((1, 700), (9, 10**12))]}))
+    assert cli.main(["snapshot", "--zk", zk_connect, "--out", str(c.out), "--sizes", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "sizes from broker(s) the cluster does not know, not used: 9 (1 replica sizes)" in out
+    s = sio.read_snapshot(c.out)
+    sizes = dict(zip(s.partitions.column("topic").to_pylist(), s.partitions.column("size_bytes").to_pylist(),
+                     strict=True))
+    assert sizes["payments"] == 700   # broker 9's terabyte is not taken for payments-0
+
+
+def test_kplan_into_a_closed_pipe_says_nothing_and_exits_as_sigpipe_would(tmp_path):
+    snap = Ctx(tmp_path).snapshot()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(f"{sys.executable} -m planner.cli plan rebalance --snapshot {snap} --out "
+                          f"{tmp_path / 'p'} --quiet | head -1", shell=True, capture_output=True, text=True, env=env,
+                          timeout=120, executable="/bin/bash")
+    assert done.stdout.startswith("plan sha256:") and done.stdout.count("\n") == 1
+    assert done.stderr == "", done.stderr   # not "error: Broken pipe"
+    status = subprocess.run(f"set -o pipefail; {sys.executable} -m planner.cli plan rebalance --snapshot {snap} "
+                            f"--out {tmp_path / 'p2'} --quiet | head -1 > /dev/null", shell=True,
+                            executable="/bin/bash", env=env, timeout=120)
+    assert status.returncode in (0, 141)   # the whole summary may fit the pipe before head closes it
+    assert (tmp_path / "p2" / "plan.json").is_file()   # the work was done and kept
+
+
+def test_an_empty_rebalance_says_already_balanced_and_no_bound_it_did_not_need(tmp_path, capsys):
+    balanced = {"brokers": [{"id": i, "rack": f"r{i}"} for i in (1, 2, 3)], "topics": [
+        {"name": "t", "partitions": [{"replicas": [1, 2]}, {"replicas": [2, 3]}, {"replicas": [3, 1]}]}]}
+    snap = Ctx(tmp_path).snapshot(desc=balanced)
+    assert cli.main(["plan", "rebalance", "--snapshot", str(snap), "--out", str(tmp_path / "p"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads((tmp_path / "p" / "plan.json").read_text())["summary"]["replica_moves"] == 0
+    assert "replica moves      0: already balanced (replica spread 0, leader spread 0)" in out
+    assert "lower bound" not in out and "x0.0" not in out
+
+
+def test_balance_bytes_with_unknown_sizes_warns_and_balances_counts(tmp_path, capsys):
+    snap = Ctx(tmp_path).snapshot()   # no sizes
+    assert cli.main(["plan", "rebalance", "--snapshot", str(snap), "--balance", "bytes", "--out",
+                     str(tmp_path / "p"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "warning            balance bytes was asked, but the sizes of 4 partitions are unknown" in out
+    doc = json.loads((tmp_path / "p" / "plan.json").read_text())
+    assert doc["parameters"]["balance"] == "count"
+    assert any(w.startswith("balance bytes was asked") for w in doc["warnings"])
+
+
+def test_the_replica_spread_says_what_it_counts(tmp_path, capsys):
+    """The demo's "replica spread 30 -> 48" read as if the drain made things worse: it counts the brokers that
+    stay, and the drained broker ends at 0 (worked out by hand for SEED: brokers 1..3 hold 4, 3, 3 replicas)."""
+    seed_rf2 = {**SEED, "brokers": SEED["brokers"] + [{"id": 4, "rack": "r1"}]}
+    snap = Ctx(tmp_path).snapshot("snap4", seed_rf2)
+    assert cli.main(["plan", "drain", "--snapshot", str(snap), "--brokers", "1", "--out", str(tmp_path / "p"),
+                     "--quiet"]) == 0
+    out = " ".join(capsys.readouterr().out.split())   # the line wraps
+    # before: brokers 2, 3, 4 hold 3, 3, 0 (broker 1: 4); each orders-N is on 2 and 3 already, so its third
+    # replica goes to 4, payments-0 to 2 or 3: after 3..4; the drained broker ends at 0 and is not counted
+    assert "replica spread replicas per broker on the 3 brokers that stay: 0..3 (spread 3) -> 3..4 (spread 1); " \
+           "drained: broker 1 4 -> 0" in out

@@ -41,11 +41,13 @@ class ProgressLine:
         self._last = 0.0
         self._key: Any = None
         self._width = 0
+        self.state: str | None = None   # the state last shown (the apply's signal handler asks)
 
     def __call__(self, p: Any) -> None:
         from planner.execution.progress import Progress, line
 
         text = line(Progress(**p.detail)) if getattr(p, "detail", None) else p.message
+        self.state = (getattr(p, "detail", None) or {}).get("state")
         if self.tty:
             pad = max(0, self._width - len(text))
             self.stream.write("\r" + text + " " * pad)

@@ -1,11 +1,14 @@
 """`kplan apply --zk … --plan P`: apply exactly the reviewed plan through ZooKeeper, batch by batch
 (docs/APPLY.md). Resumes a run that was interrupted; `--dry-run` prints every write it would make and
-makes none. Exit 0 applied (or already applied), 1 refused for safety / timed out / cancelled, 2 bad input."""
+makes none. Exit 0 applied (or already applied), 1 refused for safety / timed out / cancelled / a drain whose
+brokers still host partitions, 2 bad input, 130 / 143 stopped by Ctrl-C / SIGTERM (after the batch in flight,
+throttles removed, run recorded; a second signal leaves at once, naming what is left)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import threading
 
 from planner.commands._zkargs import ProgressLine, add_zk, rate
 
@@ -51,11 +54,12 @@ def _run(args: argparse.Namespace) -> int:
     from planner import zk as zkmod
     from planner.execution.executor import LOCK_LINES
 
+    stop = threading.Event()
     req = api.ApplyRequest(zk=args.zk, plan=Path(args.plan), out=Path(args.out) if args.out else None,
                            auth=zkmod.auth_from_env(args.zk_auth_env), timeout=args.connect_timeout,
                            throttle=args.throttle, no_throttle=args.no_throttle, dry_run=args.dry_run,
                            max_concurrent_per_broker=args.max_concurrent_per_broker, poll=args.poll,
-                           wait=args.timeout, lock_wait=args.lock_wait, reason=args.reason)
+                           wait=args.timeout, lock_wait=args.lock_wait, reason=args.reason, stop=stop)
     if not args.dry_run:
         from planner.text import schedule_line
 
@@ -64,9 +68,30 @@ def _run(args: argparse.Namespace) -> int:
         if sched.refusal is None:       # what it is about to do, before the progress line starts
             print(f"apply: {schedule_line(sched)}", flush=True)
     line = ProgressLine()
+
+    def graceful(signame: str) -> bool:
+        """Ctrl-C / SIGTERM: answered at once; the apply stops after the batch in flight (docs/APPLY.md)."""
+        from planner.execution.progress import ZK_DOWN
+
+        stop.set()
+        line.end()
+        if line.state == ZK_DOWN:
+            print(f"kplan apply: {signame}: ZooKeeper is unreachable, so nothing can be waited for or removed: "
+                  "leaving now, naming what is left", file=sys.stderr, flush=True)
+            return True
+        print(f"kplan apply: {signame}: stopping after the batch in flight (it cannot be stopped through "
+              "ZooKeeper); then this run's throttles are removed and the run recorded as stopped. Interrupt again "
+              "to leave at once (what is left is then named, with the command that removes it)",
+              file=sys.stderr, flush=True)
+        return True
+
+    from planner.commands._signals import SIGNALS
+
+    SIGNALS.graceful = None if args.dry_run else graceful
     try:
         outcome = api.apply(req, progress=None if args.dry_run else line)
     finally:
+        SIGNALS.graceful = None
         line.end()
     if args.dry_run:
         print(LOCK_LINES[0])
@@ -77,6 +102,8 @@ def _run(args: argparse.Namespace) -> int:
     for w in outcome.warnings:
         print(f"kplan apply: WARNING: {w}", file=sys.stderr)
     print(outcome.message)
+    if outcome.state == "interrupted":
+        return SIGNALS.exit_code()
     if outcome.intent is not None and not outcome.intent["holds"]:
         return 1   # the plan is applied, but the broker is not empty: nobody may stop it on this exit code
     return 1 if outcome.state in ("cancelled", "reverted") else 0

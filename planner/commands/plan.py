@@ -142,7 +142,30 @@ def _disk_lines(doc: Mapping[str, Any]) -> list[str]:
             f"limit {100 * limit:g}% of capacity, at every batch boundary too"] if who is not None else []
 
 
-def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any], plan: Any) -> None:
+def _nothing_to_move(doc: Mapping[str, Any]) -> str:
+    """The moves line of a plan with no move: what that means for its kind, never a bound it did not need."""
+    b, a = doc["before"], doc["after"]
+    if doc["kind"] == "drain":
+        return "0: the brokers host no replica; nothing to drain"
+    if doc["kind"] == "rebalance":
+        return (f"0: already balanced (replica spread {b['replica_spread']}, leader spread {b['leader_spread']}"
+                + (f", bytes within {a['bytes_max_deviation_pct']}% of the mean" if "bytes_max_deviation_pct" in a
+                   else "") + "): no move improves it within the plan's limits")
+    return "0: nothing to move"
+
+
+def _wrap(label: str, text: str, width: int = 110) -> list[str]:
+    """`  label  text`, wrapped at word boundaries under the text (a long line is never cut)."""
+    import textwrap
+
+    head = f"  {label:<18} "
+    return textwrap.wrap(text, width=width, initial_indent=head, subsequent_indent=" " * len(head),
+                         break_long_words=False, break_on_hyphens=False) or [head.rstrip()]
+
+
+def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any], plan: Any = None) -> None:
+    from planner.plan_model import replica_spread_text
+
     s = doc["summary"]
     b, a = doc["before"], doc["after"]
     p = doc["parameters"]
@@ -151,11 +174,13 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any], plan: Any) 
         doc["kind"], f"rebalance ({p['balance']} balance)")
     lines = [
         f"plan {doc['id']}: {what}",
-        f"  replica moves      {s['replica_moves']} ({count(s['partitions_moved'], 'partition')}, "
-        f"{_human(s['bytes_moved'])}); lower bound {s['lower_bound_moves']}"
-        + (f", x{s['moves_over_lower_bound']}" if s["moves_over_lower_bound"] is not None else ""),
-        f"  replica spread     {b['replica_spread']} -> {a['replica_spread']} (registered brokers, not drained, "
-        "not in maintenance)",
+        *(_wrap("replica moves", _nothing_to_move(doc)) if not s["replica_moves"] else []),
+        *([f"  replica moves      {s['replica_moves']} ({count(s['partitions_moved'], 'partition')}, "
+           f"{_human(s['bytes_moved'])}); lower bound {s['lower_bound_moves']}"
+           + (f", x{s['moves_over_lower_bound']}" if s["moves_over_lower_bound"] is not None else "")]
+          if s["replica_moves"] else []),
+        *_wrap("replica spread", replica_spread_text(plan) if plan is not None else
+               f"{b['replica_spread']} -> {a['replica_spread']}"),
         f"  leader spread      {b['leader_spread']} -> {a['leader_spread']} "
         f"(ideal {s['ideal_leaders_per_broker']} per broker, within 1: {s['leaders_within_one_of_ideal']})",
         f"  topic leaders      max per broker {s['max_topic_leaders_per_broker_after']}; "
@@ -207,13 +232,14 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any], plan: Any) 
     sched = apply_schedule(plan, None, no_throttle=True)
     lines.append(f"  apply at the suggested rates: {schedule_line(sched)}")
     for h in doc["hot_spots"]["brokers"]:
-        lines.append(f"  HOT SPOT           broker {h['broker']} ({h['rack']}): {h['excess_pct']:+.1f}% "
-                     f"{h['metric']} vs the mean; {h['reason']}: {h['detail']}")
+        rack = f" (rack {h['rack']})" if h.get("rack") else ""
+        lines += _wrap("HOT SPOT", f"broker {h['broker']}{rack} ends {h['excess_pct']:+.1f}% {h['metric']} vs the "
+                       f"mean. Why ({h['reason']}): {h['detail']}.")
     t = solve["timings_s"]
     lines.append("  times              " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
     from planner.plan_model import is_hot_spot_warning
 
     for w in doc["warnings"]:
         if not is_hot_spot_warning(w) and not w.startswith("left out:"):  # printed above
-            lines.append(f"  warning: {w}")
+            lines += _wrap("warning", w)
     print("\n".join(lines))

@@ -29,20 +29,35 @@ T = TypeVar("T")
 TRANSIENT = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
 
 
-def retrying(fn: Callable[[], T], patience: float = 60.0) -> T:
+class NotConnected(ConnectionLoss):
+    """The session is not connected right now: the read was not even sent."""
+
+
+def retrying(fn: Callable[[], T], patience: float = 60.0,
+             on_wait: Callable[[float, BaseException], None] | None = None, max_delay: float = 2.0,
+             ready: Callable[[], bool] | None = None) -> T:
     """Run a read again while the connection is being re-established (kazoo reconnects, and after an expired
-    session starts a new one); ZkUnavailable once `patience` seconds have passed."""
-    deadline = time.monotonic() + patience
+    session starts a new one); ZkUnavailable once `patience` seconds have passed. `on_wait(seconds waited,
+    error)` is called before each new try (the executor says there that ZooKeeper is unreachable, and may
+    raise to stop waiting). `ready()` false: the read is not sent at all (kazoo queues a request made while it
+    reconnects and its caller waits, without a timeout, until ZooKeeper answers again)."""
+    started = time.monotonic()
+    deadline = started + patience
     delay = 0.1
     while True:
         try:
+            if ready is not None and not ready():
+                raise NotConnected("not connected to ZooKeeper")
             return fn()
         except TRANSIENT as e:
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise ZkUnavailable(f"ZooKeeper did not answer for {patience:.0f} s: {e!r}") from None
             log.info("ZooKeeper read interrupted (%r); retrying", e)
+            if on_wait is not None:
+                on_wait(now - started, e)
             time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            delay = min(delay * 2, max_delay)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from kazoo.protocol.states import KazooState
 
 from planner import codec
 from planner import zk as zkmod
-from planner.errors import NotConverged, PlannerError, SafetyRefusal, ZkUnavailable
+from planner.errors import Interrupted, NotConverged, PlannerError, SafetyRefusal, ZkUnavailable
 from planner.execution import lifecycle, preflight
 from planner.execution import runstate as rs
 from planner.execution.clusterview import ClusterView, Key, retrying
@@ -43,8 +43,9 @@ from planner.execution.diagnosis import Context, diagnose
 from planner.execution.intent import drain_intent
 from planner.execution.lock import ApplyLock, holder
 from planner.execution.planview import RunPlan, Unit, revert_unit
-from planner.execution.progress import Progress, Reporter
+from planner.execution.progress import STOPPING, ZK_DOWN, Progress, Reporter
 from planner.execution.throttles import Spec, Throttles, spec_for
+from planner.text import count
 from planner.zkgate import MAX_TXN_BYTES, MAX_TXN_OPS, FenceLost, Op, WriteGate, _cost
 
 log = logging.getLogger(__name__)
@@ -66,12 +67,15 @@ class Options:
     run: str | None = None              # the run this apply belongs to (its folder), recorded with the brokers'
     reason: str | None = None           # maintenance state (planner/maintenance.py), and why the maintenance
     connect: str | None = None          # the connect string, named in what to run next (it holds no credential)
+    stop: threading.Event | None = None  # set from outside (Ctrl-C / SIGTERM, Airflow's on_kill): stop after the
+    #                                     batch in flight, remove what is no longer needed, record the state
+    zk_patience: float = 600.0          # how long to wait for an unreachable ZooKeeper, saying so every poll
 
 
 @dataclass
 class Result:
     plan_id: str
-    state: str                  # completed | already-completed | cancelled | reverted | dry-run | none
+    state: str                  # completed | already-completed | cancelled | reverted | dry-run | none | interrupted
     message: str
     resumed: bool = False
     units_total: int = 0
@@ -127,6 +131,9 @@ class Executor:
             self._final_bytes[u] += plan.moves[k].bytes or 0
         self._final = final
         self._rate_brokers = brokers_ahead(plan.units, self.rate)
+        self._zk_down_since: float | None = None
+        self._zk_said = 0.0
+        self._stop_said = False
         client.add_listener(self._on_state)
 
     # ----------------------------------------------------------------------------------- plumbing
@@ -136,6 +143,10 @@ class Executor:
     def _on_state(self, state: str) -> bool:
         if state == KazooState.LOST:
             log.warning("ZooKeeper session lost: the lock went with it; writes stop until it is taken again")
+        if state == KazooState.CONNECTED:
+            self._zk_down_since = None
+        elif self._zk_down_since is None:
+            self._zk_down_since = time.monotonic()
         self._cancel_stale = True  # a watch may have been lost with the session
         self._wake.set()
         return False
@@ -148,7 +159,37 @@ class Executor:
         self._wake.clear()
 
     def _read(self, fn: Callable[[], Any]) -> Any:
-        return retrying(fn)
+        return retrying(fn, self.opts.zk_patience, self._zk_waiting, max_delay=min(0.5, self.opts.poll),
+                        ready=lambda: self.client.connected)
+
+    def stop_requested(self) -> bool:
+        return self.opts.stop is not None and self.opts.stop.is_set()
+
+    def _zk_waiting(self, waited: float, error: BaseException) -> None:
+        """A read failed because ZooKeeper does not answer: say so at once and then every poll, with what
+        happens next. A stop request now cannot wait for the batch in flight: leave at once, saying what is left."""
+        if self.stop_requested():
+            raise KeyboardInterrupt("stop requested while ZooKeeper is unreachable")
+        now = time.monotonic()
+        since = self._zk_down_since = self._zk_down_since or (now - waited)
+        if now - self._zk_said < self.opts.poll:
+            return
+        first = self._zk_said == 0.0
+        self._zk_said = now
+        unit = self._in_flight_unit()
+        hosts = (self.opts.connect or "ZooKeeper").split("/", 1)[0]
+        text = (f"ZooKeeper ({hosts}) unreachable for {now - since:.0f} s: "
+                + (f"{unit.label} keeps moving in Kafka; " if unit is not None else "")
+                + "kplan writes nothing until ZooKeeper answers, then carries on (after a lost session it takes "
+                f"the lock again and resumes from the run record); it gives up after {self.opts.zk_patience:.0f} s. "
+                "Ctrl-C leaves now, saying what is left")
+        if first:   # the caller's progress shows it (the CLI's line, an Airflow task's log): logged, not warned
+            log.info("%s (%r)", text, error)
+        run = self.run
+        done = sum(1 for u in run.doc["units"] if u[0] == rs.COMPLETED) if run is not None else 0
+        self.reporter.emit(Progress(self.command, text, 0, self.plan.partitions_total, ZK_DOWN,
+                                    unit.label if unit else None, done, len(self.plan.units),
+                                    elapsed=round(now - self.started, 3), at=rs.now()), force=True)
 
     def _arm(self, path: str) -> Any:
         """exists() with a one-shot watch that wakes the waiting loop when the znode changes."""
@@ -218,7 +259,7 @@ class Executor:
                      state, label, units_done, len(self.plan.units), bytes_done, total_b, rate, eta,
                      round(elapsed, 3), rs.now())
         if self.reporter.emit(p, force=force) and run is not None and not self.gate.dry_run and self.lock.held \
-                and time.monotonic() - self._last_saved > max(5.0, self.opts.poll):
+                and self.client.connected and time.monotonic() - self._last_saved > max(5.0, self.opts.poll):
             run.doc["progress"] = p.as_dict()
             self._save(run)
         if run is not None:
@@ -340,6 +381,8 @@ class Executor:
             if run.state in (rs.CANCELLING, rs.REVERTING) or self._cancel_request():
                 return self._finish_cancel(run, self._cancel_request() or {"mode": AFTER_BATCH}, self._in_flight_unit())
             for unit in plan.units:
+                if self.stop_requested() and run.unit_state(unit.index) == rs.PENDING:
+                    return self._finish_stop(run)
                 seen = self._step(run, unit)
                 run = self.run
                 if seen is not None:
@@ -422,7 +465,8 @@ class Executor:
         # When the next unit follows at once, its submission transaction records this completion and swaps
         # this unit's throttles for its own (see _throttle_and_submit); every path that stops before it
         # (cancel, refusal, error, end of the plan) releases the throttles and saves the record itself.
-        if seen is not None or nxt is None or run.unit_state(nxt.index) != rs.PENDING or self.gate.dry_run:
+        if seen is not None or nxt is None or run.unit_state(nxt.index) != rs.PENDING or self.gate.dry_run \
+                or self.stop_requested():
             self._release_all()
             self._save(run)
         self.progress(run.state, force=True)
@@ -572,6 +616,14 @@ class Executor:
                 seen = self._cancel_request()
                 if seen:
                     log.info("cancel requested (%s): %s finishes first", seen.get("mode"), unit.label)
+            if self.stop_requested() and not self._stop_said:
+                self._stop_said = True
+                self.reporter.emit(Progress(
+                    self.command, f"stop requested: {unit.label} is in flight and finishes first ({done} of "
+                    f"{len(keys)} partitions at their target; ZooKeeper cannot stop a running reassignment), then "
+                    "this run's throttles are removed and the run is recorded as stopped; interrupt again to leave "
+                    "at once", done, len(keys), STOPPING, unit.label, elapsed=round(time.monotonic() - self.started, 3),
+                    at=rs.now()), force=True)
             now = time.monotonic()
             if done > best:
                 best, best_at = done, now
@@ -658,20 +710,70 @@ class Executor:
                 if s.reassigning and s.origin is not None and s.target is not None]
 
     def _fail(self, error: BaseException) -> None:
-        """Best effort on the way out: throttles off everything not in flight, the run marked failed."""
+        """Best effort on the way out: throttles off everything not in flight, the run marked failed. On an
+        interrupt, raises Interrupted saying exactly what remains and which command removes it."""
+        interrupted = isinstance(error, KeyboardInterrupt)
         if self.gate.dry_run or not self.lock.held or self.run is None:
             return
+        reachable = self.client.connected
+        recorded = False
         try:
-            self._release_all(self._moving())
-            run = self._reload()
-            if run.state in (rs.RUNNING,):
-                run.doc["state"] = rs.FAILED
-            text = "interrupted (Ctrl-C)" if isinstance(error, KeyboardInterrupt) else f"{type(error).__name__}: {error}"
-            run.doc["error"] = text[:2000]
-            run.event(f"stopped: {text[:200]}")
-            self._save(run)
+            if reachable:
+                self._release_all(self._moving())
+                run = self._reload()
+                if run.state in (rs.RUNNING,):
+                    run.doc["state"] = rs.FAILED
+                text = "interrupted" if interrupted else f"{type(error).__name__}: {error}"
+                run.doc["error"] = text[:2000]
+                run.event(f"stopped: {text[:200]}")
+                self._save(run)
+                recorded = True
         except Exception as e:  # noqa: BLE001 - never hide the original error
             log.warning("could not record the failure in the run record: %r", e)
+        if interrupted:
+            raise Interrupted(self._what_remains(recorded)) from None
+
+    def _what_remains(self, recorded: bool) -> str:
+        """After an interrupt: what this run leaves in the cluster and the command that removes it."""
+        unit = self._in_flight_unit()
+        where = f"--zk {self.opts.connect or 'ZK'} --plan {self.plan.path or 'P'}"
+        entities: list[str] = []
+        if self.client.connected:
+            try:
+                rec, _ = self.throttles.record()
+                entities = [f"topic {t}" for t in sorted((rec or {}).get("topics", {}))] + \
+                    [f"broker {b}" for b in sorted((rec or {}).get("brokers", {}), key=int)]
+            except Exception:  # noqa: BLE001 - the words below still say where to look
+                entities = []
+        elif unit is not None:
+            spec = self._spec(unit)
+            entities = [f"topic {t}" for t in sorted(spec.replicas)] + [f"broker {b}" for b in sorted(spec.brokers)]
+        head = ("the run is recorded as stopped" if recorded else
+                "ZooKeeper did not answer, so nothing could be removed or recorded (the lock znode goes with the "
+                "session)")
+        if unit is None and not entities:
+            return f"{head}; no batch was in flight and no throttle of this run is left; `kplan apply {where}` resumes"
+        shown = ", ".join(entities[:12]) + (f" and {len(entities) - 12} more" if len(entities) > 12 else "")
+        return (f"{head}; " + (f"{unit.label} is still moving in Kafka ({count(len(unit.entries), 'partition')})"
+                               if unit is not None else "no batch is in flight")
+                + (f", with this run's replication throttles on {shown}" if shown else "")
+                + f". `kplan cancel {where}` waits for it, removes those throttles and ends the run; "
+                f"`kplan apply {where}` resumes the plan instead")
+
+    def _finish_stop(self, run: rs.Run) -> Result:
+        """A stop request (Ctrl-C, SIGTERM) between batches: nothing is in flight. Remove this run's throttles,
+        record the run as stopped (resumable), return."""
+        self._release_all()
+        run.doc["state"] = rs.FAILED
+        run.doc["error"] = "interrupted: stopped between batches (resumable)"
+        run.event("stopped on request between batches")
+        self._save(run)
+        p = self.progress(run.state, force=True)
+        where = f"--zk {self.opts.connect or 'ZK'} --plan {self.plan.path or 'P'}"
+        return self._result(run, "interrupted", f"plan {self.plan.id} stopped on request: {p.units_done} of "
+                            f"{len(self.plan.units)} batches applied, none in flight, no throttle of this run left, "
+                            f"the run recorded as stopped; `kplan apply {where}` resumes it, `kplan cancel {where}` "
+                            "ends it")
 
     # --------------------------------------------------------------------------------------- cancel
     def _finish_cancel(self, run: rs.Run, req: dict[str, Any], unit: Unit | None) -> Result:
@@ -702,7 +804,10 @@ class Executor:
         p = self.progress(run.state, force=True)
         what = (f"{unit.label} was moved back to the replicas it started from" if run.state == rs.REVERTED
                 else "no batch was in flight" if unit is None else f"{unit.label} completed first")
-        return self._result(run, run.state, f"plan {self.plan.id} {run.state}: {what}; {p.units_done} of "
+        # a reverted batch completed, then was moved back: it does not stay applied
+        applied = p.units_done - (1 if run.state == rs.REVERTED and unit is not None
+                                  and run.unit_state(unit.index) == rs.COMPLETED else 0)
+        return self._result(run, run.state, f"plan {self.plan.id} {run.state}: {what}; {applied} of "
                             f"{len(self.plan.units)} batches stay applied (rollback.json reverts them all)")
 
     def _revert(self, run: rs.Run, unit: Unit) -> None:

@@ -89,6 +89,12 @@ class ApplyLock:
         self.gate.fence = None
         if lock is None:
             return
+        if not self.gate.client.connected:
+            # ZooKeeper unreachable: kazoo would retry the delete for seconds; the ephemeral znode goes with the
+            # session (when the session expires, or when this process closes it once ZooKeeper answers)
+            log.info("lock %s not released: ZooKeeper is unreachable (the znode goes with the session)",
+                        f"{lock.path}/{lock.node}")
+            return
         try:
             lock.release()
         except KazooException as e:  # session gone: its ephemeral znode went with it

@@ -44,8 +44,15 @@ def human_seconds(s: float | None) -> str:
     return f"{h}:{m:02d}:{sec:02d}"
 
 
+ZK_DOWN = "zookeeper unreachable"
+STOPPING = "stopping"
+
+
 def line(p: Progress) -> str:
-    """The terminal's progress line: partitions done/total, bytes, rate, ETA."""
+    """The terminal's progress line: partitions done/total, bytes, rate, ETA (or, while ZooKeeper is
+    unreachable or a stop is under way, what is happening and what comes next)."""
+    if p.state in (ZK_DOWN, STOPPING):
+        return f"{p.step}: {p.message}"
     parts = [f"{p.step}: {p.state}" + (f", {p.unit} in flight" if p.unit else ""),
              f"batches {p.units_done}/{p.units_total}",
              f"partitions {p.done:,}/{p.total:,}"]

@@ -16,12 +16,14 @@ chroot must not get a /kplan lock).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from planner import zk as zkmod
-from planner.errors import BadInput
+from planner.errors import BadInput, Interrupted
 from planner.execution.executor import Executor, Options, Result
 from planner.execution.planview import RunPlan, from_plan
 from planner.execution.progress import Progress, write_json_atomic
@@ -72,6 +74,53 @@ def _not_a_roll(plan: RunPlan, path: Path | str, command: str) -> None:
                        f"replicas, restarts each broker with its gates and undoes them); `kplan {command}` does not")
 
 
+MIN_THROTTLE = 100 * 1024      # bytes/s: below it nothing sane finishes (a 1 GiB partition: 3 hours at the floor)
+MAX_BATCH_SECONDS = 7 * 86400  # a throttle that makes one batch take longer than a week is a typo
+
+
+def batch_seconds(plan: RunPlan, rate: int) -> tuple[float, Any, int, int]:
+    """The longest data batch at `rate`: (seconds, unit, broker, bytes into that broker). A rate limits each
+    broker's replication traffic (Kafka's leader/follower throttled rates), so a batch takes as long as its
+    busiest destination's bytes take."""
+    worst: tuple[float, Any, int, int] = (0.0, None, -1, 0)
+    for u in plan.units:
+        if u.kind != "data":
+            continue
+        into: dict[int, int] = {}
+        for e, before in zip(u.entries, u.before, strict=True):
+            nbytes = plan.moves[e.key].bytes or 0
+            for b in set(e.replicas) - set(before):
+                into[b] = into.get(b, 0) + nbytes
+        for b, n in into.items():
+            if n / rate > worst[0]:
+                worst = (n / rate, u, b, n)
+    return worst
+
+
+def check_throttle(plan: RunPlan, rate: int) -> None:
+    """A throttle so low that a batch would never finish is refused, saying what it would take (issue 19)."""
+    from planner.text import size
+
+    secs, unit, broker, nbytes = batch_seconds(plan, rate)
+    where = (f"; at {size(rate)}/s {unit.label} would take {_duration(secs)} to copy {size(nbytes)} into broker "
+             f"{broker}" if unit is not None else "")
+    if rate < MIN_THROTTLE:
+        raise BadInput(f"throttle {size(rate)}/s is below the floor of {size(MIN_THROTTLE)}/s (a replication "
+                       f"throttle that low never lets a real batch finish{where}); give at least "
+                       f"{size(MIN_THROTTLE)}/s, e.g. 50MB")
+    if secs > MAX_BATCH_SECONDS:
+        need = math.ceil(nbytes / MAX_BATCH_SECONDS)
+        raise BadInput(f"throttle {size(rate)}/s is too low for this plan{where}, over the limit of "
+                       f"{_duration(MAX_BATCH_SECONDS)} per batch; give at least {size(need)}/s")
+
+
+def _duration(secs: float) -> str:
+    for unit, n in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if secs >= n:
+            return f"{secs / n:,.1f} {unit}"
+    return f"{secs:.0f} s"
+
+
 def _check_positive(name: str, value: float | None, allow_zero: bool = False) -> None:
     if value is None:
         return
@@ -85,19 +134,25 @@ def apply(zk: str, plan_path: Path | str, options: Options, *, max_concurrent: i
     _check_positive("poll", options.poll)
     _check_positive("timeout", options.timeout)
     _check_positive("lock wait", options.lock_wait, allow_zero=True)
-    if options.throttle is not None and options.throttle < 1:
-        raise BadInput(f"throttle must be at least 1 byte/s, got {options.throttle}")
     zkmod.parse_connect(zk)
     plan = load_plan(plan_path, max_concurrent)
+    if options.throttle is not None:
+        check_throttle(plan, options.throttle)
     _not_a_roll(plan, plan_path, "apply")
     options.run = options.run or str(run_folder(plan_path))   # named in the brokers' maintenance state
     options.connect = options.connect or zk
     folder = None if options.dry_run else _claim_apply(plan_path, plan, out, "apply")
     if folder is not None:
         options.progress_file = folder / "progress.json"
-    with zkmod.session(zk, auth=auth, timeout=connect_timeout) as client:
-        _connected(client)
-        result = Executor(client, plan, options, progress, "apply").apply()
+    try:
+        with zkmod.session(zk, auth=auth, timeout=connect_timeout) as client:
+            _connected(client)
+            result = Executor(client, plan, options, progress, "apply").apply()
+    except Interrupted as e:   # the record of how it ended says what is left (the review pages read it)
+        if folder is not None:
+            write_json_atomic(folder / "outcome.json", {"command": "apply", "plan_id": plan.id,
+                                                        "state": "interrupted", "message": e.detail})
+        raise
     if folder is not None:
         write_json_atomic(folder / "outcome.json", {"command": "apply", **asdict(result)})
     return result

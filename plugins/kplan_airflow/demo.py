@@ -169,10 +169,63 @@ def _die_with_parent() -> None:
         pass
 
 
+class _Quiet:
+    """The child's own lines go to the terminal; everything else written to stdout / stderr (Airflow's and
+    Spark's logs, some 500 lines a run) goes to `log`. While a task runs, one line says which."""
+
+    def __init__(self, log: Path):
+        import threading
+
+        log.parent.mkdir(parents=True, exist_ok=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.term = os.fdopen(os.dup(1), "w", buffering=1)
+        self.log = log
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+
+    def say(self, text: str = "") -> None:
+        self.term.write(text + "\n")
+        self.term.flush()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _follow(self) -> None:
+        """Name each task as dag.test() starts and ends it (its own log lines, `[DAG TEST] ... task_id=X`)."""
+        import re
+
+        started: dict[str, float] = {}
+        rx = re.compile(r"\[DAG TEST\] (starting|end) task task_id=(\w+)")
+        with open(self.log, errors="replace") as fh:
+            fh.seek(0, os.SEEK_END)
+            while not self._stop.is_set():
+                line = fh.readline()
+                if not line:
+                    self._stop.wait(0.2)
+                    continue
+                m = rx.search(line)
+                if not m:
+                    continue
+                what, task = m.groups()
+                if what == "starting":
+                    started[task] = time.monotonic()
+                elif task in started:
+                    self.say(f"  task {task:<11} done in {time.monotonic() - started.pop(task):6.1f} s")
+
+
 def run_dag(root: Path, brokers: list[int], throttle: int, skip_risk: bool, since: float | None,
             sandbox_seconds: float) -> int:
     """The child: Airflow on SQLite and dag.test() of the drain, then the report. Returns 0 when the run
-    succeeded."""
+    succeeded. Airflow's own logging goes to <dir>/airflow/dag-run.log; the terminal gets the summary, once."""
     _die_with_parent()
     t0 = since if since is not None else time.monotonic()
     marks: list[tuple[str, float]] = [("sandbox up", t0 + sandbox_seconds)]
@@ -180,13 +233,16 @@ def run_dag(root: Path, brokers: list[int], throttle: int, skip_risk: bool, sinc
     def mark(what: str) -> None:
         marks.append((what, time.monotonic()))
 
+    quiet = _Quiet(root / "airflow" / "dag-run.log")
+    say = quiet.say
     from kplan_airflow import local, runs
     from kplan_airflow import summary as sm
 
     sandbox = local.SandboxCluster(root / "sandbox")
     env = local.environment(root / "airflow", zk_connect=sandbox.connect_string, runs_root=root / "runs")
     local.activate(env)
-    print(f"=== Airflow on SQLite in {root / 'airflow'}: migrating the metadata DB", flush=True)
+    say(f"=== Airflow on SQLite in {root / 'airflow'}: migrating the metadata DB (Airflow's and Spark's logs: "
+        f"{quiet.log})")
     local.init_db()
     from airflow.dag_processing.dagbag import DagBag
 
@@ -195,18 +251,20 @@ def run_dag(root: Path, brokers: list[int], throttle: int, skip_risk: bool, sinc
     mark("Airflow ready (DB, DAGs, API client)")
 
     def approve(detail: dict) -> str:
-        print("\n=== approval requested (Required Actions); demo mode answers Approve through the REST API\n"
-              f"subject: {detail.get('subject')}\n{detail.get('body')}\n", flush=True)
+        say(f"  approval requested (Required Actions): {detail.get('subject')}; demo mode answers Approve "
+            "through the REST API (the plan and its risk are shown below)")
         return "Approve"
 
     approver = local.Approver(api, dag.dag_id, approve, deadline=900, poll=1.0).start()
-    print(f"=== dag.test(): kafka_broker_drain with brokers={brokers}, throttle {throttle:,} B/s"
-          + (" (risk tasks skipped: --skip-risk)" if skip_risk else ""), flush=True)
+    say(f"=== dag.test(): kafka_broker_drain with brokers={brokers}, throttle {throttle:,} B/s"
+        + (" (risk tasks skipped: --skip-risk)" if skip_risk else ""))
+    quiet.start()
     try:
         dr = dag.test(run_conf={"brokers": brokers, "sizes": str(sandbox.sizes), "throttle": throttle},
                       mark_success_pattern="risk|risk_after" if skip_risk else None)
     finally:
         approver.stop()
+        quiet.stop()
     mark("DAG run")
     tis = sorted(dr.get_task_instances(), key=lambda t: t.start_date or t.end_date or dr.start_date)
     folder = runs.run_folder(dr.dag_id, dr.run_id)
@@ -216,27 +274,27 @@ def run_dag(root: Path, brokers: list[int], throttle: int, skip_risk: bool, sinc
     before = runs.read_json(folder.risk / "summary.json")
     after = runs.read_json(folder.risk_after / "summary.json")
     if plan:
-        print("\n=== plan summary and risk before / after\n" + sm.text_report(plan, sm.scenario_pairs(after, before)))
+        say("\n=== plan summary and risk before / after\n" + sm.text_report(plan, sm.scenario_pairs(after, before)))
     report = runs.read_json(folder.report)
-    print("\n=== verification report (" + str(folder.report) + ")\n"
-          + (verify_report_text(report) if report else "(none: apply / verify did not run)"))
+    say("\n=== verification report (" + str(folder.report) + ")\n"
+        + (verify_report_text(report) if report else "(none: apply / verify did not run)"))
     outcome = runs.read_json(folder.apply / "outcome.json")
     if outcome:
-        print(f"  apply: {outcome.get('state')}, {outcome.get('units_done')}/{outcome.get('units_total')} batches, "
-              f"{outcome.get('partitions_done')}/{outcome.get('partitions_total')} partitions in "
-              f"{outcome.get('seconds', 0):.1f} s")
-    print("\n=== where the time went")
+        say(f"  apply: {outcome.get('state')}, {outcome.get('units_done')}/{outcome.get('units_total')} batches, "
+            f"{outcome.get('partitions_done')}/{outcome.get('partitions_total')} partitions in "
+            f"{outcome.get('seconds', 0):.1f} s")
+    say("\n=== where the time went")
     for ti in tis:
         secs = (ti.end_date - ti.start_date).total_seconds() if ti.start_date and ti.end_date else 0.0
         state = ti.state.value if hasattr(ti.state, "value") else ti.state
-        print(f"  task {ti.task_id:<11} {state:<16} {secs:6.1f} s")
+        say(f"  task {ti.task_id:<11} {str(state):<16} {secs:6.1f} s")
     prev = t0
     for what, t in marks:
-        print(f"  {what:<38} {t - prev:6.1f} s")
+        say(f"  {what:<38} {t - prev:6.1f} s")
         prev = t
-    print(f"  total {time.monotonic() - t0:.1f} s; run folder {folder.root}")
+    say(f"  total {time.monotonic() - t0:.1f} s; run folder {folder.root}; Airflow's log {quiet.log}")
     ok = str(dr.state).endswith("success") and not approver.watchdog_fired and approver.error is None
-    print(f"\nDAG run {dr.run_id}: {dr.state}", flush=True)
+    say(f"\nDAG run {dr.run_id}: {dr.state}")
     return 0 if ok else 1
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, contextmanager
@@ -87,6 +88,14 @@ def _log_progress(op: BaseOperator, every: float = 30.0) -> Callable[[api.Progre
     last: dict[str, Any] = {"key": None, "at": 0.0}
 
     def show(p: api.Progress) -> None:  # the library logs each message itself; keep counts visible
+        state = (p.detail or {}).get("state")
+        if state in ("zookeeper unreachable", "stopping"):
+            now = time.monotonic()
+            if state != last.get("said") or now - last.get("said_at", 0.0) >= every:
+                op.log.warning("%s: %s", p.step, p.message)   # what is happening, and what comes next
+                last.update(said=state, said_at=now)
+            return
+        last["said"] = state
         if not p.total:
             return
         now = time.monotonic()
@@ -526,6 +535,8 @@ class ApplyOperator(BaseOperator):
                   "max_concurrent_per_broker": _opt_int(self.max_concurrent_per_broker),
                   # recorded with a drain's / return's brokers' maintenance state (kplan brokers shows it)
                   "reason": _reason(self.reason, context)}
+        self._stop = threading.Event()   # on_kill (SIGTERM to the task): stop after the batch in flight
+        fields["stop"] = self._stop
         req = _request(api.ApplyRequest, fields)
         runs.update_review(run, status="applying")
         try:
@@ -533,6 +544,9 @@ class ApplyOperator(BaseOperator):
         except BaseException:
             runs.update_review(run, status="apply failed")
             raise
+        if out.state == "interrupted":   # the task was killed: it stopped between batches, throttles removed
+            runs.update_review(run, status="apply stopped", apply_state=out.state)
+            raise AirflowFailException(f"apply of {out.plan_id} stopped on request: {out.message}")
         if out.state in ("cancelled", "reverted"):  # `kplan cancel` stopped it: the plan is not fully applied
             runs.update_review(run, status=f"apply {out.state}", apply_state=out.state)
             raise AirflowFailException(f"apply of {out.plan_id}: {out.message or out.state}")
@@ -540,6 +554,15 @@ class ApplyOperator(BaseOperator):
         self.log.info("apply of %s: %s (%s/%s batches)", out.plan_id, out.state, out.batches_done, out.batches_total)
         return {"plan_id": out.plan_id, "state": out.state, "batches_done": out.batches_done,
                 "batches_total": out.batches_total}
+
+
+    def on_kill(self) -> None:
+        """SIGTERM to the task (a person marked it failed, the scheduler stops it): the apply finishes the batch
+        in flight, removes its throttles and records the run as stopped, then the task fails saying so."""
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            self.log.warning("stopping the apply after the batch in flight (throttles removed, run recorded)")
+            stop.set()
 
 
 def _reason(reason: Any, context: Context) -> str:

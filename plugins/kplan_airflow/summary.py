@@ -9,7 +9,7 @@ from typing import Any
 
 from planner.api import human_duration as api_duration
 from planner.api import human_size
-from planner.plan_model import is_hot_spot_warning
+from planner.plan_model import is_hot_spot_warning, replica_spread_text
 
 COUNTS = ("offline", "under_min_isr", "at_min_isr", "under_replicated", "unclean_taken", "rf1_hit")
 
@@ -142,9 +142,9 @@ def leadership_line(f: Mapping[str, Any]) -> str:
 
 
 def hot_spot_line(h: Mapping[str, Any]) -> str:
-    rack = f" ({h['rack']})" if h.get("rack") else ""
-    return (f"hot spot: broker {h['broker']}{rack} "
-            f"{h['excess_pct']:+.1f}% {h['metric']} vs the mean ({h['reason']}: {h['detail']})")
+    rack = f" (rack {h['rack']})" if h.get("rack") else ""
+    return (f"hot spot: broker {h['broker']}{rack} ends {h['excess_pct']:+.1f}% {h['metric']} vs the mean. "
+            f"Why ({h['reason']}): {h['detail']}.")
 
 
 def title(plan: Any) -> str:
@@ -195,7 +195,7 @@ def approval_body(plan: Any, pairs: list[dict[str, Any]], url: str | None, reaso
         f"- replica moves: **{f['replica_moves']}** ({f['partitions_moved']} partitions, "
         f"{human_bytes(f['bytes_moved'])}); lower bound {f['lower_bound_moves']}",
         f"- preferred-leader changes: {leadership_line(f)} ({f['leader_only_partitions']} reorders without data)",
-        f"- replica spread {f['replica_spread'][0]} → {f['replica_spread'][1]}, preferred-leader spread "
+        f"- {replica_spread_text(plan).replace('->', '→')}; preferred-leader spread "
         f"{f['leader_spread'][0]} → {f['leader_spread'][1]}",
         f"- batches: {f['leadership_batches']} leadership + {f['data_batches']} data "
         f"(at most {f['max_concurrent_per_broker']} moves per broker at a time)",
@@ -223,20 +223,35 @@ def approval_body(plan: Any, pairs: list[dict[str, Any]], url: str | None, reaso
     return "\n".join(lines)
 
 
-def text_report(plan: Any, pairs: list[dict[str, Any]]) -> str:
-    """Plain text for a terminal (the demo)."""
+def text_report(plan: Any, pairs: list[dict[str, Any]], width: int = 110) -> str:
+    """Plain text for a terminal (the demo): long lines wrap under their text, the risk table's columns are as
+    wide as what they hold."""
+    import textwrap
+
     f = plan_figures(plan)
+
+    def wrapped(text: str, indent: str = "  ", more: str = "    ") -> list[str]:
+        return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=more,
+                             break_long_words=False, break_on_hyphens=False)
+
     out = [f"{title(plan)}: plan {plan.id}",
-           f"  replica moves {f['replica_moves']} ({f['partitions_moved']} partitions, "
-           f"{human_bytes(f['bytes_moved'])}; lower bound {f['lower_bound_moves']})",
-           f"  preferred leaders: {leadership_line(f)}",
-           f"  replica spread {f['replica_spread'][0]} -> {f['replica_spread'][1]}; leader spread "
-           f"{f['leader_spread'][0]} -> {f['leader_spread'][1]}",
-           f"  batches {f['leadership_batches']} leadership + {f['data_batches']} data",
-           *(f"  HOT SPOT{hot_spot_line(h).removeprefix('hot spot:')}" for h in f["hot_spots"]),
-           *(f"  MAINTENANCE {line}" for line in maintenance_lines(f)), "",
-           f"  {'scenario':<34} {'before':<34} after the plan"]
-    for row in pairs:
-        out.append(f"  {row['name']:<34} {_cell(row['before']).replace('**', ''):<34} "
-                   f"{_cell(row['after']).replace('**', '')}")
+           *wrapped(f"replica moves {f['replica_moves']} ({f['partitions_moved']} partitions, "
+                    f"{human_bytes(f['bytes_moved'])}; lower bound {f['lower_bound_moves']})"),
+           *wrapped(f"preferred leaders: {leadership_line(f)}"),
+           *wrapped(replica_spread_text(plan)),
+           *wrapped(f"leader spread {f['leader_spread'][0]} -> {f['leader_spread'][1]}"),
+           f"  batches {f['leadership_batches']} leadership + {f['data_batches']} data"]
+    for h in f["hot_spots"]:
+        out += wrapped("HOT SPOT" + hot_spot_line(h).removeprefix("hot spot:"))
+    for line in maintenance_lines(f):
+        out += wrapped(f"MAINTENANCE {line}")
+    for w in f["warnings"]:
+        out += wrapped(f"warning: {w}")
+    if pairs:
+        cells = [(row["name"], _cell(row["before"]).replace("**", ""), _cell(row["after"]).replace("**", ""))
+                 for row in pairs]
+        w0 = max(len("scenario"), *(len(c[0]) for c in cells))
+        w1 = max(len("before"), *(len(c[1]) for c in cells))
+        out += ["", f"  {'scenario':<{w0}}  {'before':<{w1}}  after the plan"]
+        out += [f"  {a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in cells]
     return "\n".join(out)
