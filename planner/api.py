@@ -618,6 +618,7 @@ def clear_maintenance(req: ClearRequest) -> ClearOutcome:
         raise BadInput("name the brokers whose maintenance state to clear")
     zkmod.parse_connect(req.zk)
     with zkmod.session(req.zk, auth=req.auth, timeout=req.timeout) as client:
+        zkmod.require_kafka(client)   # a mistyped chroot is named as such, before anything is written
         changed = mt.clear(client, req.brokers, expect=req.state, reason=req.reason)
     cleared = tuple((c.broker, c.before.state if c.before else "in service") for c in changed)
     text = ", ".join(f"broker {b} was {st}" for b, st in cleared)

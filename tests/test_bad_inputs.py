@@ -278,6 +278,9 @@ CASES = [
     Case("apply-mistyped-chroot", lambda c: _executing(c, "apply", "/typo"), 2, "/typo: the chroot does not exist", zk=True),
     Case("cancel-mistyped-chroot", lambda c: _executing(c, "cancel", "/typo"), 2, "/typo: the chroot does not exist",
          zk=True),
+    Case("maintenance-clear-mistyped-chroot", lambda c: ["maintenance", "clear", "--zk", c.load(SEED) + "/typo",
+                                                         "--brokers", "1"], 2, "/typo: the chroot does not exist",
+         zk=True),
     # --- issue 19 item 6: each plan's execution records are its own; never inside or around the plan
     Case("verify-out-is-the-plan-folder", lambda c: _executing(c, "verify", extra=("--out", str(c.tmp / "plan"))),
          2, "is the plan folder", zk=True),

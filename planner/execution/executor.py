@@ -728,7 +728,7 @@ class Executor:
                 run.event(f"stopped: {text[:200]}")
                 self._save(run)
                 recorded = True
-        except Exception as e:  # noqa: BLE001 - never hide the original error
+        except BaseException as e:  # noqa: BLE001 - never hide the original error (a further Ctrl-C included)
             log.warning("could not record the failure in the run record: %r", e)
         if interrupted:
             raise Interrupted(self._what_remains(recorded)) from None
