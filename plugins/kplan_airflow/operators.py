@@ -555,7 +555,6 @@ class ApplyOperator(BaseOperator):
         return {"plan_id": out.plan_id, "state": out.state, "batches_done": out.batches_done,
                 "batches_total": out.batches_total}
 
-
     def on_kill(self) -> None:
         """SIGTERM to the task (a person marked it failed, the scheduler stops it): the apply finishes the batch
         in flight, removes its throttles and records the run as stopped, then the task fails saying so."""
