@@ -57,10 +57,12 @@ def hot_spots(pb: Problem, final: np.ndarray, eligible: np.ndarray, drained: np.
         if pb.rack_aware and r >= 0 and floor > mean * (1 + HOT_PCT / 100):
             n_r = int((eligible & (pb.rack_of == r)).sum())
             reason = "rack"
-            detail = (f"rack {rack} has {n_r} eligible broker(s) and must hold at least {_fmt(floor * n_r, unit)} "
-                      f"({_fmt(floor, unit)} per broker, {100.0 * (floor - mean) / mean:+.1f}% vs the mean): "
-                      "partitions that must span every rack need a replica there"
-                      + (" and the replicas that stay are pinned" if drained.any() else ""))
+            who = "its only eligible broker" if n_r == 1 else f"its {n_r} eligible brokers"
+            detail = (f"rack {rack} must hold at least {_fmt(floor * n_r, unit)} on {who} "
+                      f"({_fmt(floor, unit)} per broker, {100.0 * (floor - mean) / mean:+.1f}% vs the mean), because "
+                      "every partition that must span all racks needs a replica on it"
+                      + (", and a drain moves only the drained brokers' replicas: those already on the rack stay"
+                         if drained.any() else ""))
         elif drained.any() and kept[b] > mean * (1 + HOT_PCT / 100):
             reason = "kept"
             detail = (f"it keeps {_fmt(kept[b], unit)} that a drain does not move "

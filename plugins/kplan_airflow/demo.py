@@ -204,7 +204,7 @@ class _Quiet:
         import re
 
         started: dict[str, float] = {}
-        rx = re.compile(r"\[DAG TEST\] (starting|end) task task_id=(\w+)")
+        rx = re.compile(r"\[DAG TEST\] (starting|end task) task_id=(\w+)")
         with open(self.log, errors="replace") as fh:
             fh.seek(0, os.SEEK_END)
             while not self._stop.is_set():
