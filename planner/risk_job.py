@@ -163,6 +163,9 @@ def shutdown(spark: Any | None) -> None:
 
     try:
         if spark is not None:
+            # Stopping under a running job (Ctrl-C) makes Spark log each aborted job and task with its whole
+            # stack trace (~60 lines a job, ERROR level): nobody asked for those, the interrupt is the news
+            spark.sparkContext.setLogLevel("OFF")
             with warnings.catch_warnings():   # "Unable to cleanly shutdown Spark JVM": handled below
                 warnings.simplefilter("ignore", RuntimeWarning)
                 spark.stop()

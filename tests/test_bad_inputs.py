@@ -553,6 +553,35 @@ def test_ctrl_c_during_risk_exits_130_leaving_nothing(tmp_path):
     assert not any(_alive(p) for p in started), "the JVM outlived kplan"
 
 
+def test_ctrl_c_while_spark_writes_prints_no_java_stack_trace(tmp_path):
+    """Issue 19: Ctrl-C during risk printed ~250 lines of Java stack traces (Spark logging every job it aborts,
+    at ERROR, while it stops). Interrupted while the job writes partitions.parquet: one line, no trace."""
+    from planner import synth
+
+    snap = synth.to_snapshot(synth.synth_cluster(brokers=60, partitions=30_000, rf=3, racks=3, seed=3,
+                                                 partitions_per_topic=100), tmp_path / "snap")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "risk", "--snapshot", str(snap), "--out",
+                             str(out), "--all-brokers", "--all-racks"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    def writing() -> bool:   # Spark's output committer's working folder: the job is running
+        return any(tmp_path.glob(".kplan-tmp-out-*/partitions.parquet/_temporary")) or proc.poll() is not None
+
+    deadline = time.monotonic() + 180
+    while not writing() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the job ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted by SIGINT" in err
+    assert "\tat org.apache" not in err and " ERROR " not in err, err[-3000:]
+    assert len(err.splitlines()) <= 8, err   # the progress lines, Spark's start-up banner, the one line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snap"]
+
+
 def _descendants(root: int) -> dict[int, str]:
     parent = {}
     for d in Path("/proc").iterdir():

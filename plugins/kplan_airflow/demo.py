@@ -196,7 +196,7 @@ class _Quiet:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stop.set()   # the follower reads what is left of the log first
         self._thread.join(5)
 
     def _follow(self) -> None:
@@ -204,12 +204,15 @@ class _Quiet:
         import re
 
         started: dict[str, float] = {}
+        ended: set[str] = set()
         rx = re.compile(r"\[DAG TEST\] (starting|end task) task_id=(\w+)")
         with open(self.log, errors="replace") as fh:
             fh.seek(0, os.SEEK_END)
-            while not self._stop.is_set():
+            while True:
                 line = fh.readline()
                 if not line:
+                    if self._stop.is_set():
+                        return
                     self._stop.wait(0.2)
                     continue
                 m = rx.search(line)
@@ -219,7 +222,12 @@ class _Quiet:
                 if what == "starting":
                     started[task] = time.monotonic()
                 elif task in started:
-                    self.say(f"  task {task:<11} done in {time.monotonic() - started.pop(task):6.1f} s")
+                    secs = time.monotonic() - started.pop(task)
+                    if task == "approve" and task not in ended:   # it defers until someone answers
+                        self.say(f"  task {task:<11} deferred: waiting for an answer")
+                    else:
+                        self.say(f"  task {task:<11} done in {secs:6.1f} s")
+                    ended.add(task)
 
 
 def run_dag(root: Path, brokers: list[int], throttle: int, skip_risk: bool, since: float | None,
