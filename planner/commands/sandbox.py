@@ -109,6 +109,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="seconds a message may wait for its acknowledgement before it counts as failed (30)")
     wl.add_argument("--every", type=float, default=5.0, help="seconds between live lines (5)")
     wl.add_argument("--report", help="report file (default D/workload-<UTC time>.json); never replaced")
+    wl.add_argument("--samples", action="store_true",
+                    help="keep every acknowledged message's latency in the report (for percentiles over any window)")
     wl.set_defaults(func=_workload)
 
 
@@ -267,7 +269,8 @@ def _workload(args: argparse.Namespace) -> int:
     if not args.verbose:
         # the client logs every lost connection and expired batch; the live line and the report count them
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    w = Workload(args.dir, topics=topics, rate=args.rate, size=args.size, delivery_timeout=args.delivery_timeout)
+    w = Workload(args.dir, topics=topics, rate=args.rate, size=args.size, delivery_timeout=args.delivery_timeout,
+                 samples=args.samples)
     report = Path(args.report) if args.report else \
         w.sandbox.dir / f"workload-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     if report.exists():

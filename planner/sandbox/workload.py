@@ -11,10 +11,12 @@ for rehearsals and for every test that claims "nothing lost".
     assert report["verdict"]["integrity"]      # 0 lost, 0 duplicated, 0 out of order, all readable
     assert report["verdict"]["availability"]   # no offline / under-min-ISR interval, no failed send
 
-`Workload(sandbox, topics=None, rate=100.0, size=200, delivery_timeout=30.0)`: `topics` None means every
+`Workload(sandbox, topics=None, rate=100.0, size=200, delivery_timeout=30.0, samples=False)`: `topics` None means every
 topic of the cluster not starting with "__"; `rate` messages per second in all, spread round-robin over every
 partition of the topics; `size` bytes per message; `delivery_timeout` seconds a message may take to be
-acknowledged before the producer gives up on it (Kafka's delivery.timeout.ms). Bad input raises BadInput
+acknowledged before the producer gives up on it (Kafka's delivery.timeout.ms); `samples` adds every
+acknowledged message's (send time since the start, latency ms) to the report, for percentiles over any
+window (a benchmark's phases). Bad input raises BadInput
 (exit 2 in the CLI): an emulated sandbox (no data path), a topic that does not exist, a rate that is not
 positive. `stop()` (also on leaving the `with`) ends producing and returns the report; `start()` and
 `stop()` can be called directly instead of `with`.
@@ -161,7 +163,7 @@ class Workload:
     """Producers, consumers and a watcher on a real-Kafka sandbox (see the module docstring)."""
 
     def __init__(self, sandbox: Any, topics: list[str] | None = None, rate: float = 100.0, size: int = 200,
-                 delivery_timeout: float = 30.0):
+                 delivery_timeout: float = 30.0, samples: bool = False):
         from planner.sandbox.api import Sandbox
 
         try:
@@ -182,6 +184,8 @@ class Workload:
         self.rate = rate
         self.size = int(size)
         self.delivery_timeout = float(delivery_timeout)
+        self.keep_samples = bool(samples)
+        self._samples: list[tuple[float, float]] = []   # (send time - start, ms), when asked for
         self.topics, self.partitions = self._resolve_topics(topics)
         self.run_id = os.urandom(8)
         self.client_id = f"kplan-workload-{self.run_id.hex()}"
@@ -384,6 +388,8 @@ class Workload:
             self._acked += 1
             second = int(sent_wall - self.started_at) if self.started_at else 0
             self._latency[second].append(ms)
+            if self.keep_samples:
+                self._samples.append((round(sent_wall - self.started_at, 4), round(ms, 2)))
             self._per_second[int(now - self.started_at) if self.started_at else 0]["acked"] += 1
 
     def _on_error(self, k: int, seq: int, sent_wall: float, exc: BaseException) -> None:
@@ -627,6 +633,7 @@ class Workload:
             "seconds": seconds, "intervals": intervals,
             "offline_intervals": len(offline), "under_min_isr_intervals": len(under),
             "watcher": self._watcher.stats(), "marks": marks, "per_partition": per_partition,
+            **({"samples": sorted(self._samples)} if self.keep_samples else {}),
             "verdict": {"integrity": integrity, "availability": availability, "problems": problems},
         }
 
