@@ -98,7 +98,7 @@ def one_run(real: Real, work: Path, name: str, throttled: bool, args: argparse.N
         time.sleep(args.before + 3)   # a benchmark's fixed observation window (3 s for the workload to start)
         apply_start = time.time()
         applied = api.apply(api.ApplyRequest(zk=sb.connect_string, plan=run.plan, poll=0.2,
-                                             throttle=None if throttled else UNTHROTTLED))
+                                             **({} if throttled else {"throttle": UNTHROTTLED})))
         ver = api.verify(api.VerifyRequest(zk=sb.connect_string, plan=run.plan, wait=600, poll=0.2))
         converged = time.time()
         time.sleep(args.after)

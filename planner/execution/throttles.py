@@ -176,7 +176,10 @@ class Throttles:
 
     def _set_changes(self, spec: Spec, rate: int, rec: dict[str, Any] | None, configs: dict[str, Any]
                      ) -> tuple[dict[str, tuple[dict[str, str], Any]], dict[str, Any]]:
-        """The config writes that throttle `spec` (entity -> (new config, as found)) and the record after."""
+        """The config writes that throttle `spec` (entity -> (new config, as found)) and the record after.
+        A rate this run set that someone changed since (kafka-configs, another tool) is theirs: left as it is,
+        with a warning, as on removal; the run's own earlier rate (`rec["rate"]`) it replaces."""
+        prev = rec.get("rate") if rec else None
         rec = rec or {"rate": str(rate), "topics": {}, "brokers": {}}
         rec["rate"] = str(rate)
         topic_entities = {f"topics/{t}": t for t in spec.replicas}
@@ -210,6 +213,11 @@ class Throttles:
             for key in RATE_KEYS:
                 cur = config.get(key)
                 if cur == str(rate):
+                    continue
+                if key in mine and cur != prev:
+                    log.warning("broker %s: %s is %s, not the %s this run set: changed by someone else while the "
+                                "run applies, so left as it is (this broker's copies go at that rate)", broker, key,
+                                cur, prev)
                     continue
                 if key not in mine:
                     mine[key] = {"prior": cur}
