@@ -12,7 +12,8 @@ transaction, so a broker never misses the notification of a write that happened.
 Unlike Kafka's tool, which deletes every throttle key of the topics and brokers it touched when nothing is
 reassigning, a run removes only what it added (Cruise Control's ReplicationThrottleHelper merges and removes
 its own entries the same way): entries that were already there and a `*` stay, a broker rate that was set
-before the run is restored to that value, and a rate someone changed since is left alone with a warning.
+before the run is restored to that value, and a rate someone changed since is left alone with a warning
+(not set back at the next batch either).
 What a run added is recorded in `/kplan/runs/<plan>/throttles` *before* the configs are written, so a
 process killed at any point leaves enough behind for the next apply, verify or cancel to remove it.
 Removal follows task state (Cruise Control again): a partition's entries go once it is no longer in flight,
