@@ -39,7 +39,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from planner.errors import BadInput, KraftMigration, NotConverged, PlannerError, SafetyRefusal, ZkUnavailable
+from planner.errors import (
+    BadInput,
+    KraftMigration,
+    NotConverged,
+    NotYourTurn,
+    PlannerError,
+    RollStopped,
+    SafetyRefusal,
+    ZkUnavailable,
+)
 from planner.plan_model import ApplySchedule, Plan, apply_schedule, read_plan
 from planner.runfolder import RunFolder, check_output, step_output
 
@@ -48,7 +57,8 @@ if TYPE_CHECKING:
     from planner.snapshot_io import Snapshot
 
 __all__ = ["ApplySchedule",
-    "BadInput", "KraftMigration", "NotConverged", "PlannerError", "RiskSubmit", "SafetyRefusal", "ZkUnavailable",
+    "BadInput", "KraftMigration", "NotConverged", "NotYourTurn", "PlannerError", "RiskSubmit", "RollStopped",
+    "SafetyRefusal", "ZkUnavailable", "roll_status",
     "risk_submit",
     "ApplyOutcome", "ApplyRequest", "CancelOutcome", "CancelRequest", "DrainRequest", "PlanOutcome", "Progress",
     "RebalanceRequest", "RestartRequest", "ReturnRequest", "RollOutcome", "RollRequest", "roll", "RiskOutcome", "BrokerRow", "BrokersRequest", "ClearOutcome",
@@ -676,6 +686,11 @@ class RollRequest:
     keep_temporary: bool = False              # after the last broker, keep the temporary replicas
     poll: float = 1.0
     lock_wait: float = 0.0
+    part: str | None = None                   # the whole roll, or one part: "protect" | "step" | "finish" (a
+                                              # scheduler running it as separate tasks)
+    step: int | None = None                   # part "step": its index in the plan's order
+    wait_restart: bool = True                 # False: return state "restarting" instead of waiting for it
+    run: str | None = None                    # named in the brokers' maintenance state (default: the records folder)
 
 
 @dataclass(frozen=True)
@@ -691,10 +706,12 @@ class RollOutcome:
     kept_temporary: bool = False
     resumed: bool = False
     seconds: float = 0.0
+    broker: int | None = None                 # state "restarting": the broker the roll waits for
+    czxid: int | None = None                  # ... and its registration (ZooKeeper czxid) before the restart
 
 
-def roll(req: RollRequest, *, progress: ProgressFn | None = None,
-         restart: Callable[[int], None] | None = None) -> RollOutcome:
+def roll(req: RollRequest, *, progress: ProgressFn | None = None, restart: Callable[[int], None] | None = None,
+         stop: str | None = None) -> RollOutcome:
     """Carry out a restart plan (docs/APPLY.md "Restart rolls"): temporary replicas, then per broker its
     demotion, its restart (`restart_command`, `restart` (a callable, for embedders), or someone else), the
     gates and its leadership restored, then the undo. Locked like apply and resumable; stops at the first
@@ -705,13 +722,29 @@ def roll(req: RollRequest, *, progress: ProgressFn | None = None,
         raise BadInput("give a restart command or a restart callable, not both")
     opts = RollOptions(throttle=req.throttle, poll=req.poll, restart_timeout=req.restart_timeout,
                        gate_timeout=req.gate_timeout, lock_wait=req.lock_wait, keep_temporary=req.keep_temporary,
-                       pause=req.pause, restart=restart)
+                       pause=req.pause, restart=restart, wait_restart=req.wait_restart, run=req.run)
 
     def relay(p: Any) -> None:
         if progress is not None:
             progress(Progress("roll", p.message, p.done, p.total, p.as_dict()))
 
     r = roll_step(req.zk, req.plan, opts, restart_command=req.restart_command, command_timeout=req.command_timeout,
-                  auth=req.auth, connect_timeout=req.timeout, out=req.out, progress=relay)
+                  auth=req.auth, connect_timeout=req.timeout, out=req.out, progress=relay, part=req.part,
+                  step=req.step, stop=stop)
     return RollOutcome(roll_folder(req.plan, req.out), r.plan_id, r.state, r.steps_done, r.steps_total, r.message,
-                       tuple(r.warnings), tuple(r.cannot_move), r.kept_temporary, r.resumed, r.seconds)
+                       tuple(r.warnings), tuple(r.cannot_move), r.kept_temporary, r.resumed, r.seconds, r.broker,
+                       r.czxid)
+
+
+def roll_status(zk: str, plan: Path, *, auth: tuple[str, str] | None = None, timeout: float = 10.0
+                ) -> dict[str, Any]:
+    """A restart roll as recorded in the cluster (read-only, no lock): state, phase, each step's state and
+    its broker's registration before the restart, and every roll broker's registration now (ZooKeeper czxid,
+    None when not registered): what a deferred task watches for (a broker that left and registered again,
+    a step's turn)."""
+    from planner import zk as zkmod
+    from planner.execution.roll import status
+
+    plan_model = read_plan(plan)
+    with zkmod.session(zk, auth=auth, timeout=timeout) as client:
+        return status(client, plan_model)

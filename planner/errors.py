@@ -65,3 +65,14 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, detail: str):
         super().__init__(detail)
         self.detail = detail
+
+
+class NotYourTurn(PlannerError):
+    """A step of a restart roll asked for before the steps ahead of it are done: wait and ask again (a
+    scheduler running the roll as separate tasks defers on it)."""
+
+    retryable = True
+
+
+class RollStopped(PlannerError):
+    """A restart roll stopped (a failed gate, or a person between brokers) before this step: it is not run."""

@@ -26,6 +26,7 @@ resumes where it stopped.
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import threading
@@ -41,7 +42,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 from planner import codec
 from planner import maintenance as mt
 from planner import zk as zkmod
-from planner.errors import BadInput, NotConverged, PlannerError, SafetyRefusal
+from planner.errors import BadInput, NotConverged, NotYourTurn, PlannerError, RollStopped, SafetyRefusal
 from planner.execution import preflight, rollgates
 from planner.execution import runstate as rs
 from planner.execution.clusterview import ClusterView, Key, retrying
@@ -57,10 +58,16 @@ log = logging.getLogger(__name__)
 FORMAT = "kplan-roll/1"
 ROLLS = f"{NAMESPACE}/rolls"
 PROTECT, STEPS, UNDO, LEADERS, DONE = "protect", "steps", "undo", "leaders", "done"
-RUNNING, PAUSED, FAILED, COMPLETED = "running", "paused", "failed", "completed"
+RUNNING, PAUSED, FAILED, COMPLETED, STOPPED = "running", "paused", "failed", "completed", "stopped"
 ELECTION_CHUNK = 10_000   # partitions per preferred-election znode (well under ZooKeeper's 1 MiB request)
 UNDO_CHUNK = 5_000        # partitions per undo batch
 RECORDS = ("progress.json", "outcome.json")
+
+
+class _Waiting(Exception):
+    def __init__(self, broker: int, czxid: int | None):
+        super().__init__(broker)
+        self.broker, self.czxid = broker, czxid
 
 
 def roll_path(plan_hex: str) -> str:
@@ -78,6 +85,7 @@ class RollOptions:
     keep_temporary: bool = False        # after the last broker, keep the temporary replicas (no undo)
     pause: bool = False                 # stop after each broker (state paused); running again continues
     restart: Callable[[int], None] | None = None   # restarts a broker; None: someone else does
+    wait_restart: bool = True           # False: return state `restarting` instead of waiting (a deferring task)
     progress_file: Path | None = None
     run: str | None = None              # named in the brokers' maintenance state (the records folder, a DAG run)
 
@@ -94,6 +102,8 @@ class RollResult:
     cannot_move: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    broker: int | None = None  # state restarting: the broker the roll waits for, and its registration before
+    czxid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -214,7 +224,14 @@ class Roll:
         del hist[:-rs.HISTORY]
 
     # ------------------------------------------------------------------------------------------ run
-    def run(self) -> RollResult:
+    def run(self, part: str | None = None, step: int | None = None) -> RollResult:
+        """The whole roll (`part` None: the CLI), or one part of it for a scheduler that runs the roll as
+        separate tasks (the Airflow DAG): "protect", "step" (the step at index `step`; with no restart callable
+        and `wait_restart` off it returns state `restarting` while the broker has not registered again, and
+        running it again continues), "finish" (undo and leaders). A step runs only after the steps before it:
+        NotYourTurn while one of them is still under way, RollStopped when the roll stopped before it."""
+        if part not in (None, "protect", "step", "finish"):
+            raise ValueError(part)
         try:
             who = holder(self.client)
             if who and not self.opts.lock_wait:
@@ -226,9 +243,47 @@ class Roll:
                 return self._result(rec, "already-completed", f"the roll of plan {self.plan.id} was already completed "
                                     "on this cluster; nothing to do")
             if rec is None:
+                if part not in (None, "protect"):
+                    raise SafetyRefusal(f"the roll of plan {self.plan.id} has not started on this cluster (no "
+                                        f"{self.path}): its temporary replicas come first")
                 self._refuse_fresh()
+            elif part == "step":
+                self._check_turn(rec, step)
             self.lock.acquire(self.opts.lock_wait)
-            return self._run()
+            return self._run(part, step)
+        finally:
+            self.lock.release()
+
+    def _check_turn(self, rec: dict[str, Any], i: int | None) -> None:
+        if i is None or not 0 <= i < len(self.order):
+            raise BadInput(f"step must be 0..{len(self.order) - 1}, got {i}")
+        if rec.get("state") == STOPPED:
+            raise RollStopped(f"the roll of plan {self.plan.id} was stopped ({rec.get('error') or 'by a person'}); "
+                              f"broker {self.order[i]} is not restarted")
+        if rec.get("phase") == PROTECT:
+            raise NotYourTurn(f"the roll's temporary replicas are not in place yet; broker {self.order[i]} waits")
+        for j in range(i):
+            st = rec["steps"][j]
+            if st["state"] != "done":
+                if rec.get("state") == FAILED:
+                    raise RollStopped(f"the roll stopped at step {j + 1} (broker {st['broker']}): "
+                                      f"{rec.get('error') or st['state']}; broker {self.order[i]} is not restarted")
+                raise NotYourTurn(f"step {j + 1} (broker {st['broker']}) is not done yet ({st['state']}); broker "
+                                  f"{self.order[i]} waits")
+
+    def stop(self, reason: str) -> RollResult:
+        """A person stops the roll between brokers: recorded, under the lock; the cluster is left as it is (the
+        temporary replicas stay). `kplan roll` run again continues it."""
+        try:
+            self.lock.acquire(self.opts.lock_wait)
+            rec = self._load()
+            if rec is None:
+                raise SafetyRefusal(f"no roll of plan {self.plan.id} is recorded on this cluster: nothing to stop")
+            self.record = rec
+            rec["state"], rec["error"] = STOPPED, reason[:500]
+            self._event(f"stopped: {reason[:200]}")
+            self._save()
+            return self._result(rec, STOPPED, f"the roll of plan {self.plan.id} is stopped: {reason}")
         finally:
             self.lock.release()
 
@@ -252,7 +307,7 @@ class Roll:
             run = self._read(lambda: rs.load(self.client, self.hex))
             self._read(lambda: preflight.check(self.client, self.view, from_plan(self.plan), run))
 
-    def _run(self) -> RollResult:
+    def _begin(self) -> dict[str, Any]:
         rec = self._load()
         if rec is None:
             rec = {"format": FORMAT, "plan_id": self.plan.id, "state": RUNNING, "phase": PROTECT,
@@ -267,20 +322,35 @@ class Roll:
             self.record = rec
             rec["holder"] = rs.identity("roll", self.plan.id)
             rec["error"] = None
-            if rec.get("state") in (FAILED, PAUSED):
+            if rec.get("state") in (FAILED, PAUSED, STOPPED):
                 rec["state"] = RUNNING
             self._event(f"resumed (pid {rec['holder']['pid']})")
             self._save()
+        return rec
+
+    def _run(self, part: str | None, step: int | None) -> RollResult:
+        rec = self._begin()
         try:
-            if rec["phase"] == PROTECT:
+            if rec["phase"] == PROTECT and part in (None, "protect"):
                 self._protect()
                 rec["phase"] = STEPS
                 self._event("protected")
                 self._save()
+            if part == "protect":
+                return self._result(rec, "protected", f"the temporary replicas of plan {self.plan.id} are in place")
+            if part == "step":
+                assert step is not None
+                if rec["steps"][step]["state"] != "done":
+                    self._step(step)
+                b = self.order[step]
+                return self._result(rec, "done", f"step {step + 1}/{len(self.order)}: broker {b} restarted, its "
+                                    "leadership restored")
             if rec["phase"] == STEPS:
                 for i in range(len(self.order)):
                     if rec["steps"][i]["state"] == "done":
                         continue
+                    if part == "finish":
+                        raise RollStopped(f"step {i + 1} (broker {self.order[i]}) is not done: the roll cannot finish")
                     self._step(i)
                     if self.opts.pause and i + 1 < len(self.order):
                         rec["state"] = PAUSED
@@ -311,6 +381,11 @@ class Roll:
             return self._result(rec, "completed", f"roll of plan {self.plan.id} completed: {len(self.order)} brokers "
                                 "restarted, " + ("temporary replicas kept" if kept else "temporary replicas removed")
                                 + ", preferred leaders restored")
+        except _Waiting as w:
+            self._event(f"waiting for broker {w.broker} to restart")
+            self._save()
+            return self._result(rec, "restarting", f"broker {w.broker} is restarting: waiting for it to register "
+                                "again", broker=w.broker, czxid=w.czxid)
         except BaseException as e:
             self._fail(e)
             raise
@@ -327,13 +402,14 @@ class Roll:
         except Exception as e:  # noqa: BLE001 - never hide the original error
             log.warning("could not record the failure in the roll record: %r", e)
 
-    def _result(self, rec: dict[str, Any], state: str, message: str) -> RollResult:
+    def _result(self, rec: dict[str, Any], state: str, message: str, broker: int | None = None,
+                czxid: int | None = None) -> RollResult:
         done = sum(1 for s in rec.get("steps", ()) if s["state"] == "done")
         cannot = [n for s in rec.get("steps", ()) for n in s.get("cannot_move", ())]
-        self.say(message, state=state)
+        self.say(message, broker=broker, state=state)
         return RollResult(self.plan.id, state, message, done, len(self.order), self.resumed,
                           bool(rec.get("keep_temporary")), cannot, list(self.warnings),
-                          round(time.monotonic() - self.started, 3))
+                          round(time.monotonic() - self.started, 3), broker, czxid)
 
     # ------------------------------------------------------------------------------------ phases
     def _executor(self, run_plan: RunPlan, what: str) -> None:
@@ -571,6 +647,8 @@ class Roll:
                 self._save()
                 self.say(f"{n}: broker {b} registered again; waiting for its partitions to rejoin the ISRs", b, "back")
                 return
+            if time.time() <= limit and not self.opts.wait_restart:
+                raise _Waiting(b, st.get("czxid"))
             if time.time() > limit:
                 if st.get("left_at"):
                     what = (f"broker {b} left at {_hms(st['left_at'])} and has not registered again within "
@@ -728,7 +806,8 @@ def roll_folder(plan_path: Path | str, out: Path | str | None) -> Path:
 
 def roll_step(zk: str, plan_path: Path | str, options: RollOptions, *, restart_command: str | None = None,
               command_timeout: float = 600.0, auth: tuple[str, str] | None = None, connect_timeout: float = 10.0,
-              out: Path | str | None = None, progress: Callable[[Any], None] | None = None) -> RollResult:
+              out: Path | str | None = None, progress: Callable[[Any], None] | None = None,
+              part: str | None = None, step: int | None = None, stop: str | None = None) -> RollResult:
     """The roll as a whole step: read and check the plan (before any connection), open the session, run the
     roll, write `<run>/roll/outcome.json` (progress.json while it runs)."""
     from dataclasses import asdict
@@ -750,6 +829,8 @@ def roll_step(zk: str, plan_path: Path | str, options: RollOptions, *, restart_c
                        "apply this one with `kplan apply`")
     if restart_command is not None:
         _check_template(restart_command)
+    if part not in (None, "protect", "step", "finish"):
+        raise BadInput(f"part must be protect, step or finish, got {part!r}")
     folder = check_records(roll_folder(plan_path, out), plan.id, RECORDS, Path(plan_path),
                            "--out" if out is not None else "the roll's records folder", out is not None)
     options.progress_file = folder / "progress.json"
@@ -759,7 +840,8 @@ def roll_step(zk: str, plan_path: Path | str, options: RollOptions, *, restart_c
         if restart_command is not None:
             options.restart = command_restarter(restart_command, command_timeout,
                                                 registrations(client, [int(b) for b in plan.section("roll")["order"]]))
-        result = Roll(client, plan, options, progress).run()
+        roll = Roll(client, plan, options, progress)
+        result = roll.stop(stop) if stop is not None else roll.run(part, step)
     write_json_atomic(folder / "outcome.json", {"command": "roll", **asdict(result)})   # names its plan (plan_id)
     return result
 
@@ -773,3 +855,23 @@ def _check_template(template: str) -> None:
         raise BadInput(f"restart command {template!r}: {e} (placeholders: {{broker}}, {{host}}, {{port}})") from None
     if not parts:
         raise BadInput("restart command is empty")
+
+
+def status(client: KazooClient, plan: Any) -> dict[str, Any]:
+    """The roll as recorded (read-only, no lock), with each roll broker's registration now: for a scheduler
+    that waits for a broker to restart, or for a step's turn."""
+    hexid = plan.id.split(":", 1)[-1]
+    order = [int(b) for b in plan.section("roll").get("order", ())]
+    try:
+        data, _ = retrying(lambda: client.get(roll_path(hexid)))
+        rec = json.loads(data)
+    except NoNodeError:
+        rec = None
+    regs = {}
+    for b in order:
+        st = retrying(lambda b=b: client.exists(codec.broker_path(b)))
+        regs[b] = st.czxid if st is not None else None
+    steps = [{"broker": s["broker"], "state": s["state"], "czxid": s.get("czxid")} for s in (rec or {}).get("steps", ())]
+    return {"plan_id": plan.id, "recorded": rec is not None, "state": (rec or {}).get("state"),
+            "phase": (rec or {}).get("phase"), "error": (rec or {}).get("error"), "steps": steps,
+            "registrations": regs}
