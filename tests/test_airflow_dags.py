@@ -65,7 +65,7 @@ print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["errors"] == {}
-    assert r["dags"] == [DRAIN, RETURN, REBALANCE]
+    assert r["dags"] == [DRAIN, "kafka_broker_restart", RETURN, REBALANCE]
     assert r["heavy"] == [], f"DAG files imported {r['heavy']} at parse time"
     assert r["brokers"]["type"] == "array" and r["brokers"]["minItems"] == 1 and r["brokers"]["uniqueItems"]
     assert r["leader_scope"]["enum"] == ["touched", "all"]

@@ -429,7 +429,8 @@ class PublishOperator(BaseOperator):
         dag_id, run_id = context["dag"].dag_id, context["run_id"]
         url = plan_url(dag_id, run_id)
         record = {"dag_id": dag_id, "run_id": run_id, "run_key": runs.run_key(run_id), "kind": plan.kind,
-                  "plan_id": plan.id, "brokers": list(plan.drained_brokers or plan.returning_brokers),
+                  "plan_id": plan.id, "brokers": list(plan.section("roll").get("order", ())) if plan.kind == "restart"
+                  else list(plan.drained_brokers or plan.returning_brokers),
                   "replica_moves": plan.summary.get("replica_moves"), "bytes_moved": plan.summary.get("bytes_moved"),
                   "risk_before": before_level, "risk_after": after_level,
                   "created": (plan.snapshot or {}).get("taken_at"), "approval_task_id": self.approval_task_id}
@@ -457,7 +458,14 @@ class PublishOperator(BaseOperator):
                            review_reason=shown)
         subject = f"{sm.title(plan)}: apply plan {plan.id[7:19]}? ({plan.summary.get('replica_moves')} replica moves)"
         body = sm.approval_body(plan, pairs, url, shown, schedule, intent)
-        self.log.info("%s\n%s", subject, sm.text_report(plan, pairs))
+        text = sm.text_report(plan, pairs)
+        if plan.kind == "restart":   # every step of the roll, without and with the plan
+            from kplan_airflow import restart_summary as rsm
+
+            subject = (f"{sm.title(plan)}: run plan {plan.id[7:19]}? ({plan.summary.get('replica_moves')} temporary "
+                       "replicas)")
+            body, text = rsm.approval_body(plan, after or before, url, shown, schedule), rsm.text_report(plan, after or before)
+        self.log.info("%s\n%s", subject, text)
         return {"plan_id": plan.id, "subject": subject, "body": body, "require_approval": bool(reason),
                 "reason": reason, "url": url}
 

@@ -148,6 +148,10 @@ def hot_spot_line(h: Mapping[str, Any]) -> str:
 
 
 def title(plan: Any) -> str:
+    if plan.kind == "restart":
+        from kplan_airflow import restart_summary
+
+        return restart_summary.title(plan)
     if plan.kind == "drain":
         return f"Drain of broker(s) {', '.join(map(str, plan.drained_brokers))}"
     if plan.kind == "return":

@@ -65,7 +65,8 @@ def list_plans(root: Path) -> list[dict[str, Any]]:
                 row.update(error=str(e), kind=review.get("kind"))
             else:
                 row.update(kind=plan.kind, plan_id=plan.id,
-                           brokers=list(plan.drained_brokers or plan.returning_brokers),
+                           brokers=list(plan.section("roll").get("order", ())) if plan.kind == "restart"
+                           else list(plan.drained_brokers or plan.returning_brokers),
                            maintenance=", ".join(f"{b} {st}" for b, st in plan.brokers.in_maintenance.items()),
                            moves=plan.summary.get("replica_moves"), partitions=plan.summary.get("partitions_moved"),
                            bytes=plan.summary.get("bytes_moved"), bytes_h=sm.human_bytes(plan.summary.get("bytes_moved")),
@@ -95,7 +96,9 @@ def progress(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
             "apply": runs.read_json(folder.apply / "progress.json"),
             "apply_outcome": runs.read_json(folder.apply / "outcome.json"),
             "verify": runs.read_json(folder.verify / "progress.json"),
-            "report": runs.read_json(folder.report)}
+            "report": runs.read_json(folder.report),
+            "roll": runs.read_json(folder.root / "roll" / "progress.json"),
+            "roll_outcome": runs.read_json(folder.root / "roll" / "outcome.json")}
 
 
 def plan_page(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
@@ -130,7 +133,15 @@ def plan_page(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
     figures = sm.plan_figures(plan)
     figures["leadership_text"] = sm.leadership_line(figures)
     figures["maintenance_lines"] = sm.maintenance_lines(figures)
+    roll = None
+    if plan.kind == "restart":
+        from kplan_airflow import restart_summary as rsm
+
+        roll = {**rsm.figures(plan), "steps": rsm.step_rows(plan, after or before),
+                "files": [{"step": s["step"], "broker": s["broker"], "demote": s["demote"]["file"],
+                           "restore": s["restore"]["file"]} for s in plan.section("roll").get("steps", ())]}
     return {
+        "roll": roll,
         "dag_key": dag_key, "run_key": run_key, "review": review, "title": sm.title(plan),
         "figures": figures, "summary": dict(plan.summary),
         "scenarios": sm.scenario_pairs(after, before),
@@ -171,6 +182,11 @@ def download(root: Path, dag_key: str, run_key: str, name: str) -> tuple[bytes, 
     """(content, file name) of a plan file or a batch's reassignment file."""
     folder = api.RunFolder(_run_dir(root, dag_key, run_key))
     if name in DOWNLOADS:
+        path = folder.plan / name
+        if not path.is_file():
+            raise NotFound(f"{name} is missing")
+        return path.read_bytes(), name
+    if re.fullmatch(r"step-\d{3,6}-broker-\d+-(demote|restore)\.json", name):   # a restart plan's steps
         path = folder.plan / name
         if not path.is_file():
             raise NotFound(f"{name} is missing")

@@ -1,0 +1,90 @@
+"""Restart Kafka brokers one at a time, without a full drain (manual trigger, with a form).
+
+snapshot -> plan (the fewest temporary replicas that keep every partition online and at min ISR while each
+broker is down, each step's demotion) -> risk of the roll, step by step, without and with the plan (Spark) ->
+publish for review -> approve -> temporary replicas (throttled) -> one task per broker, in the plan's order:
+demote, restart (a command from the `restart_conn_id` connection, or whoever restarts it: the task waits on a
+deferrable trigger for the broker to leave and register again), gates (registered, back in every ISR, nothing
+offline or under min ISR), leadership restored, and with `pause_between_brokers` a person's go-ahead (Required
+Actions) -> undo (temporary replicas removed, unless kept) -> report. The roll stops at the first failed gate
+(the later brokers' tasks skip, saying where it stopped), leaving the cluster as safe as it was; clearing the
+failed task resumes it. The roll's state lives in the cluster (`kplan roll` continues the same roll by hand).
+
+Thin on purpose: parameters and wiring only (kplan_airflow's operators call planner.api at run time).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import DAG, Param
+from kplan_airflow.operators import PlanApprovalOperator, PublishOperator, RiskOperator, SnapshotOperator
+from kplan_airflow.roll_ops import (
+    RestartPlanOperator,
+    RollFinishOperator,
+    RollProtectOperator,
+    RollReportOperator,
+    RollStepOperator,
+)
+
+READ_ONLY = {"retries": 2, "retry_delay": timedelta(seconds=20)}  # only transient faults get that far
+
+with DAG(
+    dag_id="kafka_broker_restart",
+    description="Restart Kafka brokers one at a time: temporary replicas, demotion, gates, undo",
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    render_template_as_native_obj=True,
+    tags=["kafka", "kplan"],
+    doc_md=__doc__,
+    params={
+        "brokers": Param(type="array", items={"type": "integer", "minimum": 0}, minItems=1, uniqueItems=True,
+                         title="Brokers to restart", description="Broker ids; restarted one at a time"),
+        "order": Param("auto", enum=["auto", "given"], title="Order",
+                       description="auto = ascending id, the controller's broker last; given = as listed"),
+        "restart_conn_id": Param(None, type=["null", "string"], title="Restart command connection",
+                                 description="A connection whose extra holds {\"command\": \"ssh kafka-{broker} "
+                                 "sudo systemctl restart kafka\"}; empty = someone else restarts each broker when "
+                                 "its task says so"),
+        "restart_timeout": Param(900, type="integer", minimum=1, title="Restart timeout (s)",
+                                 description="How long a broker may take to leave and register again"),
+        "gate_timeout": Param(900, type="integer", minimum=1, title="Gate timeout (s)",
+                              description="How long a restarted broker's partitions may take to rejoin their ISRs"),
+        "pause_between_brokers": Param(False, type="boolean", title="Pause for a person between brokers"),
+        "keep_temporary": Param(False, type="boolean", title="Keep the temporary replicas",
+                                description="After the last broker keep them instead of removing them"),
+        "throttle": Param(None, type=["null", "integer"], minimum=1, title="Throttle (bytes/s)",
+                          description="Replication throttle of the temporary replicas' copies; empty = the plan's"),
+        "max_disk_usage": Param(0.85, type="number", exclusiveMinimum=0, maximum=1, title="Max disk usage"),
+        "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),
+        "kafka_version": Param("3.7", type="string", title="Kafka version (min-ISR rule)"),
+        "require_approval": Param(True, type="boolean", title="Require approval"),
+        "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
+    },
+) as dag:
+    snapshot = SnapshotOperator(task_id="snapshot", zk_conn_id="{{ params.zk_conn_id }}", **READ_ONLY)
+    plan = RestartPlanOperator(task_id="plan", brokers="{{ params.brokers }}", order="{{ params.order }}",
+                               exclude_topics="{{ params.exclude_topics }}", kafka_version="{{ params.kafka_version }}",
+                               max_disk_usage="{{ params.max_disk_usage }}", **READ_ONLY)
+    risk = RiskOperator(task_id="risk_after", after_plan=True, kafka_version="3.7", **READ_ONLY)
+    publish = PublishOperator(task_id="publish", require_approval="{{ params.require_approval }}")
+    approve = PlanApprovalOperator(
+        task_id="approve",
+        subject="{{ ti.xcom_pull(task_ids='publish')['subject'] }}",
+        body="{{ ti.xcom_pull(task_ids='publish')['body'] }}",
+        require_approval="{{ ti.xcom_pull(task_ids='publish')['require_approval'] }}",
+        response_timeout=timedelta(hours=24),
+    )
+    protect = RollProtectOperator(task_id="protect", zk_conn_id="{{ params.zk_conn_id }}",
+                                  throttle="{{ params.throttle }}")
+    steps = RollStepOperator.partial(
+        task_id="restart", zk_conn_id="{{ params.zk_conn_id }}", restart_conn_id="{{ params.restart_conn_id }}",
+        restart_timeout="{{ params.restart_timeout }}", gate_timeout="{{ params.gate_timeout }}",
+        pause="{{ params.pause_between_brokers }}",
+    ).expand(step=plan.output)
+    finish = RollFinishOperator(task_id="undo", zk_conn_id="{{ params.zk_conn_id }}",
+                                keep_temporary="{{ params.keep_temporary }}")
+    report = RollReportOperator(task_id="report", zk_conn_id="{{ params.zk_conn_id }}")
+
+    snapshot >> plan >> risk >> publish >> approve >> protect >> steps >> finish >> report
