@@ -711,11 +711,12 @@ class RollOutcome:
 
 
 def roll(req: RollRequest, *, progress: ProgressFn | None = None, restart: Callable[[int], None] | None = None,
-         stop: str | None = None) -> RollOutcome:
+         mark: str | None = None, reason: str = "") -> RollOutcome:
     """Carry out a restart plan (docs/APPLY.md "Restart rolls"): temporary replicas, then per broker its
     demotion, its restart (`restart_command`, `restart` (a callable, for embedders), or someone else), the
     gates and its leadership restored, then the undo. Locked like apply and resumable; stops at the first
-    failed gate (NotConverged / SafetyRefusal, exit 1) saying what to do next."""
+    failed gate (NotConverged / SafetyRefusal, exit 1) saying what to do next. `mark` ("paused", "running",
+    "stopped", with a `reason`) records a person's say between brokers instead of running anything."""
     from planner.execution.roll import RollOptions, roll_folder, roll_step
 
     if restart is not None and req.restart_command is not None:
@@ -730,7 +731,7 @@ def roll(req: RollRequest, *, progress: ProgressFn | None = None, restart: Calla
 
     r = roll_step(req.zk, req.plan, opts, restart_command=req.restart_command, command_timeout=req.command_timeout,
                   auth=req.auth, connect_timeout=req.timeout, out=req.out, progress=relay, part=req.part,
-                  step=req.step, stop=stop)
+                  step=req.step, mark=(mark, reason) if mark is not None else None)
     return RollOutcome(roll_folder(req.plan, req.out), r.plan_id, r.state, r.steps_done, r.steps_total, r.message,
                        tuple(r.warnings), tuple(r.cannot_move), r.kept_temporary, r.resumed, r.seconds, r.broker,
                        r.czxid)

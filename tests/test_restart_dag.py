@@ -51,6 +51,7 @@ def home(tmp_path_factory):
 
 @pytest.fixture
 def cluster(home, zk_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__KPLAN__ROLL_TURN_POLL", "1")
     name = f"/restart_dag_{time.monotonic_ns()}"
     sb = Sandbox.up(tmp_path / "sb", cluster=DESC, zk=zk_server.connect_string, chroot=name, timeout=60, **FAST)
     hosts, _, chroot = sb.connect_string.partition("/")

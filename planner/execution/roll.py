@@ -260,6 +260,9 @@ class Roll:
         if rec.get("state") == STOPPED:
             raise RollStopped(f"the roll of plan {self.plan.id} was stopped ({rec.get('error') or 'by a person'}); "
                               f"broker {self.order[i]} is not restarted")
+        if rec.get("state") == PAUSED and rec["steps"][i]["state"] == "pending":
+            raise NotYourTurn(f"the roll is paused ({rec.get('error') or 'for a person'}); broker {self.order[i]} "
+                              "waits")
         if rec.get("phase") == PROTECT:
             raise NotYourTurn(f"the roll's temporary replicas are not in place yet; broker {self.order[i]} waits")
         for j in range(i):
@@ -271,19 +274,28 @@ class Roll:
                 raise NotYourTurn(f"step {j + 1} (broker {st['broker']}) is not done yet ({st['state']}); broker "
                                   f"{self.order[i]} waits")
 
-    def stop(self, reason: str) -> RollResult:
-        """A person stops the roll between brokers: recorded, under the lock; the cluster is left as it is (the
-        temporary replicas stay). `kplan roll` run again continues it."""
+    def mark(self, state: str, reason: str) -> RollResult:
+        """A person's say between brokers, recorded under the lock: `paused` (the next broker waits for an
+        answer), `running` (go on), `stopped` (the roll ends here; the cluster is left as it is, the temporary
+        replicas in place; `kplan roll` run again continues it)."""
+        if state not in (PAUSED, RUNNING, STOPPED):
+            raise BadInput(f"a roll can be marked paused, running or stopped, not {state!r}")
         try:
+            who = holder(self.client)
+            if who and not self.opts.lock_wait:
+                raise SafetyRefusal(f"another kplan holds the lock {rs.LOCK_PATH}: {who}; try again")
             self.lock.acquire(self.opts.lock_wait)
             rec = self._load()
             if rec is None:
-                raise SafetyRefusal(f"no roll of plan {self.plan.id} is recorded on this cluster: nothing to stop")
+                raise SafetyRefusal(f"no roll of plan {self.plan.id} is recorded on this cluster")
             self.record = rec
-            rec["state"], rec["error"] = STOPPED, reason[:500]
-            self._event(f"stopped: {reason[:200]}")
+            if rec.get("state") == COMPLETED:
+                return self._result(rec, COMPLETED, f"the roll of plan {self.plan.id} is already completed")
+            rec["state"], rec["error"] = state, (reason[:500] if state != RUNNING else None)
+            self._event(f"{state}: {reason[:200]}")
             self._save()
-            return self._result(rec, STOPPED, f"the roll of plan {self.plan.id} is stopped: {reason}")
+            return self._result(rec, state, f"the roll of plan {self.plan.id} is {state}" + (f": {reason}" if reason
+                                                                                              else ""))
         finally:
             self.lock.release()
 
@@ -807,7 +819,7 @@ def roll_folder(plan_path: Path | str, out: Path | str | None) -> Path:
 def roll_step(zk: str, plan_path: Path | str, options: RollOptions, *, restart_command: str | None = None,
               command_timeout: float = 600.0, auth: tuple[str, str] | None = None, connect_timeout: float = 10.0,
               out: Path | str | None = None, progress: Callable[[Any], None] | None = None,
-              part: str | None = None, step: int | None = None, stop: str | None = None) -> RollResult:
+              part: str | None = None, step: int | None = None, mark: tuple[str, str] | None = None) -> RollResult:
     """The roll as a whole step: read and check the plan (before any connection), open the session, run the
     roll, write `<run>/roll/outcome.json` (progress.json while it runs)."""
     from dataclasses import asdict
@@ -841,7 +853,7 @@ def roll_step(zk: str, plan_path: Path | str, options: RollOptions, *, restart_c
             options.restart = command_restarter(restart_command, command_timeout,
                                                 registrations(client, [int(b) for b in plan.section("roll")["order"]]))
         roll = Roll(client, plan, options, progress)
-        result = roll.stop(stop) if stop is not None else roll.run(part, step)
+        result = roll.mark(mark[0], mark[1]) if mark is not None else roll.run(part, step)
     write_json_atomic(folder / "outcome.json", {"command": "roll", **asdict(result)})   # names its plan (plan_id)
     return result
 

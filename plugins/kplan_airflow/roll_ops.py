@@ -3,8 +3,10 @@ the undo, the report. Each calls planner.api (plan_restart, roll with `part`, ro
 lives in the cluster (the roll record), so every task can be run again and continues where the roll is.
 
 `RollStepOperator` is mapped over the roll's steps. A step runs only after the steps before it (the library
-says NotYourTurn: the task defers until they are done) and not after the roll stopped (RollStopped: it skips,
-saying where the roll stopped). It demotes its broker, then the restart happens outside:
+says NotYourTurn: the task is rescheduled, holding no worker, until they are done, and while the roll waits
+for a person's go-ahead) and not after the roll stopped (RollStopped: it skips, saying where the roll
+stopped).
+It demotes its broker, then the restart happens outside:
 - with `restart_conn_id`, a command the operator configures in that Airflow connection's extra
   (`{"command": "ssh kafka-{broker} sudo systemctl restart kafka", "timeout": 600}`; `{broker}`, `{host}`,
   `{port}` from the broker's registration) runs on the worker, and must return once the restart is under
@@ -25,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException, AirflowSkipException
+from airflow.sdk.timezone import utcnow
 
 from kplan_airflow import runs
 from kplan_airflow.operators import (
@@ -124,19 +127,19 @@ class RollStepOperator(HITLOperator):
     """One broker of the roll (mapped over the plan's steps); see the module docstring."""
 
     template_fields: Sequence[str] = ("zk_conn_id", "restart_conn_id", "restart_timeout", "gate_timeout", "pause",
-                                      "turn_timeout")
+                                      "turn_poll")
     ui_color = "#fdf5e8"
 
     def __init__(self, *, step: Any, zk_conn_id: str = "zookeeper_default", restart_conn_id: str | None = None,
-                 restart_timeout: Any = 900, gate_timeout: Any = 900, pause: Any = False, turn_timeout: Any = 86400,
+                 restart_timeout: Any = 900, gate_timeout: Any = 900, pause: Any = False, turn_poll: Any = None,
                  poll: float = 2.0, **kwargs: Any) -> None:
         kwargs["retries"] = 0
         kwargs.setdefault("pool", runs.apply_pool())
         super().__init__(subject="Continue the restart roll?", options=[CONTINUE, STOP], defaults=STOP,
                          response_timeout=timedelta(hours=24), **kwargs)
         self.step, self.zk_conn_id, self.restart_conn_id = step, zk_conn_id, restart_conn_id
-        self.restart_timeout, self.gate_timeout, self.pause, self.turn_timeout = (restart_timeout, gate_timeout,
-                                                                                  pause, turn_timeout)
+        self.restart_timeout, self.gate_timeout, self.pause, self.turn_poll = (restart_timeout, gate_timeout,
+                                                                               pause, turn_poll)
         self.poll = poll
 
     # ------------------------------------------------------------------------------------------ steps
@@ -144,8 +147,8 @@ class RollStepOperator(HITLOperator):
         return self._advance(context)
 
     def resume(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        """Back from RollTrigger: the broker registered again, or the steps ahead are done (or it timed out:
-        the roll itself then says what to do)."""
+        """Back from RollTrigger: the broker registered again (or it timed out: the roll itself then says what
+        to do)."""
         event = event or {}
         if event.get("status") == "error":
             raise AirflowFailException(f"step {int(self.step) + 1}: {event.get('message')}")
@@ -176,10 +179,11 @@ class RollStepOperator(HITLOperator):
         try:
             out = api.roll(req, progress=_log_progress(self))
         except api.NotYourTurn as e:
-            self.log.info("%s", e)
-            self.defer(trigger=RollTrigger(zk_conn_id=self.zk_conn_id, plan=str(run.plan), kind="turn", step=i,
-                                           timeout=float(self.turn_timeout), poll=self.poll),
-                       method_name="resume")
+            # rescheduled, not deferred: its turn comes when another task of this run has done its step (a
+            # deferral's wait would block dag.test(), which runs triggers inline, one task at a time)
+            wait = float(self.turn_poll or runs.roll_turn_poll())
+            self.log.info("%s; asking again in %.0f s", e, wait)
+            raise AirflowRescheduleException(utcnow() + timedelta(seconds=wait)) from e
         except api.RollStopped as e:
             raise AirflowSkipException(str(e)) from e
         except api.PlannerError as e:
@@ -192,7 +196,7 @@ class RollStepOperator(HITLOperator):
             runs.update_review(run, status=f"rolling: broker {out.broker} restarting")
             self.log.info("broker %s may restart now (its leadership is moved off); waiting up to %s s for it to "
                           "leave and register again", out.broker, self.restart_timeout)
-            self.defer(trigger=RollTrigger(zk_conn_id=self.zk_conn_id, plan=str(run.plan), kind="restart", step=i,
+            self.defer(trigger=RollTrigger(zk_conn_id=self.zk_conn_id, plan=str(run.plan), step=i,
                                            broker=out.broker, czxid=out.czxid, timeout=float(self.restart_timeout),
                                            poll=self.poll),
                        method_name="resume")
@@ -209,6 +213,8 @@ class RollStepOperator(HITLOperator):
                          "every ISR, nothing is offline or under min ISR, its leadership is restored.\n\n"
                          f"**{CONTINUE}** restarts broker {order[i + 1]} next; **{STOP}** (or no answer in time) "
                          "ends the roll here, the temporary replicas in place (run `kplan roll` to go on later).")
+            call("pause", api.roll, _request(self, context), mark="paused",
+                 reason=f"waiting for a person's go-ahead after step {i + 1} (broker {order[i]})")
             return super().execute(context)
         return result
 
@@ -218,12 +224,13 @@ class RollStepOperator(HITLOperator):
         chosen = list(payload["chosen_options"])
         user = (event or {}).get("responded_by_user")
         who = user.get("name") if isinstance(user, dict) else user
+        req = _request(self, context)
         if chosen != [CONTINUE]:
-            req = _request(self, context)
-            out = call("stop", api.roll, req, stop=f"stopped by {who or 'nobody (no answer in time)'} after step "
-                                                  f"{int(self.step) + 1}")
+            out = call("stop", api.roll, req, mark="stopped",
+                       reason=f"stopped by {who or 'nobody (no answer in time)'} after step {int(self.step) + 1}")
             runs.update_review(run_folder(context), status=f"roll stopped after step {int(self.step) + 1}")
             raise AirflowSkipException(out.message)
+        call("continue", api.roll, req, mark="running", reason=f"go-ahead by {who} after step {int(self.step) + 1}")
         return {"step": int(self.step), "continue": True, "by": who}
 
 

@@ -46,6 +46,15 @@ def apply_pool() -> str:
     return _conf("apply_pool") or DEFAULT_POOL
 
 
+def roll_turn_poll() -> float:
+    """`[kplan] roll_turn_poll` (seconds, default 15): how often a restart roll's broker task whose turn has not
+    come asks again."""
+    try:
+        return max(0.5, float(_conf("roll_turn_poll") or 15))
+    except ValueError:
+        return 15.0
+
+
 def run_key(run_id: str) -> str:
     """A DAG run id as a folder name (`manual__2026-01-01T02:00:00+00:00` -> `manual__2026-01-01T02_00_00_00_00`)."""
     key = _UNSAFE.sub("_", run_id).strip(".")

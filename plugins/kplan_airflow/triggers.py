@@ -2,11 +2,11 @@
 while a broker restarts or while a step waits for the ones before it.
 
 `RollTrigger` polls the roll as the cluster records it (planner.api.roll_status: the roll record and every
-roll broker's registration in /brokers/ids, read-only) and fires
-- kind "restart": once broker `broker` has registered again with a new ZooKeeper session (its registration's
-  czxid differs from `czxid`, the one it had before its restart): it left and came back. It says when it saw
-  the broker gone, if it did. After `timeout` seconds it fires "timeout" (the roll then says what to do);
-- kind "turn": once every step before `step` is done, or the roll failed or was stopped (the step then skips).
+roll broker's registration in /brokers/ids, read-only) and fires once broker `broker` has registered again
+with a new ZooKeeper session (its registration's czxid differs from `czxid`, the one it had before its
+restart): it left and came back. It says when it saw the broker gone, if it did. After `timeout` seconds it
+fires "timeout" (the roll then says what to do). (A step waiting for the ones before it is rescheduled, not
+deferred: see kplan_airflow.roll_ops.)
 
 The ZooKeeper credentials come from the connection (`zk_conn_id`), resolved in the triggerer: they are never
 part of the trigger's serialized arguments.
@@ -24,19 +24,17 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
 class RollTrigger(BaseTrigger):
-    def __init__(self, *, zk_conn_id: str, plan: str, kind: str, step: int, broker: int | None = None,
-                 czxid: int | None = None, timeout: float = 900.0, poll: float = 2.0, started: float | None = None):
+    def __init__(self, *, zk_conn_id: str, plan: str, step: int, broker: int, czxid: int | None = None,
+                 timeout: float = 900.0, poll: float = 2.0, started: float | None = None):
         super().__init__()
-        if kind not in ("restart", "turn"):
-            raise ValueError(f"kind must be restart or turn, got {kind!r}")
-        self.zk_conn_id, self.plan, self.kind, self.step = zk_conn_id, plan, kind, int(step)
+        self.zk_conn_id, self.plan, self.step = zk_conn_id, plan, int(step)
         self.broker, self.czxid = broker, czxid
         self.timeout, self.poll = float(timeout), float(poll)
         self.started = started if started is not None else time.time()
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("kplan_airflow.triggers.RollTrigger",
-                {"zk_conn_id": self.zk_conn_id, "plan": self.plan, "kind": self.kind, "step": self.step,
+                {"zk_conn_id": self.zk_conn_id, "plan": self.plan, "step": self.step,
                  "broker": self.broker, "czxid": self.czxid, "timeout": self.timeout, "poll": self.poll,
                  "started": self.started})
 
@@ -64,24 +62,15 @@ class RollTrigger(BaseTrigger):
                 self.log.info("roll status not readable now (%s); trying again", e)
                 status = None
             if status is not None:
-                if self.kind == "restart":
-                    now = status["registrations"].get(self.broker)
-                    if now is None and left_seen is None:
-                        left_seen = time.time()
-                        self.log.info("broker %s left /brokers/ids", self.broker)
-                    if now is not None and now != self.czxid:
-                        yield TriggerEvent({"status": "restarted", "broker": self.broker, "left_seen": left_seen})
-                        return
-                else:
-                    steps = status["steps"]
-                    ahead = steps[: self.step]
-                    if status["state"] in ("failed", "stopped", "completed") or \
-                            (ahead and all(s["state"] == "done" for s in ahead)) or (status["phase"] not in
-                                                                                    (None, "protect") and not ahead):
-                        yield TriggerEvent({"status": "turn", "state": status["state"]})
-                        return
+                now = status["registrations"].get(self.broker)
+                if now is None and left_seen is None:
+                    left_seen = time.time()
+                    self.log.info("broker %s left /brokers/ids", self.broker)
+                if now is not None and now != self.czxid:
+                    yield TriggerEvent({"status": "restarted", "broker": self.broker, "left_seen": left_seen})
+                    return
             if time.time() - self.started > self.timeout:
-                yield TriggerEvent({"status": "timeout", "kind": self.kind, "broker": self.broker,
+                yield TriggerEvent({"status": "timeout", "broker": self.broker,
                                     "left_seen": left_seen})
                 return
             await asyncio.sleep(self.poll)
