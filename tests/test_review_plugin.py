@@ -182,3 +182,30 @@ def test_brokers_in_maintenance_are_shown_on_both_pages(plugin):
     assert rows[(NIGHTLY, key)]["maintenance"] == "6 drained" and rows[(DAG, key)]["maintenance"] == ""
     # the drain made before the state existed says none was in maintenance when its snapshot was taken
     assert "brokers in maintenance: none (when the snapshot was taken)" in c.get(f"/kafka-plans/runs/{DAG}/{key}").text
+
+
+def test_a_restart_plan_page_shows_the_roll_step_by_step(plugin):
+    """A restart plan's page: the order, the temporary replicas beside a full drain, one row per step (with the
+    risk when the run has it: here it has none), and each step's files in Kafka's format."""
+    c, folder = plugin["api"], plugin["folder"]
+    run = "manual__restart"
+    rf = runs.run_folder("kafka_broker_restart", run)
+    plan = api.plan_restart(api.RestartRequest(snapshot=folder.snapshot, out=rf.plan, brokers=(2, 1))).plan
+    runs.update_review(rf, dag_id="kafka_broker_restart", run_id=run, run_key=run, kind="restart", plan_id=plan.id,
+                       status="awaiting approval", approval_task_id="approve")
+    rows = {r["run_key"]: r for r in c.get("/kafka-plans/api/plans").json()["plans"]}
+    assert rows[run]["kind"] == "restart" and rows[run]["brokers"] == plan.section("roll")["order"]
+    page = c.get(f"/kafka-plans/runs/kafka_broker_restart/{run}")
+    assert page.status_code == 200, page.text[:2000]
+    html = page.text
+    order = plan.section("roll")["order"]
+    assert "<h2>Restart roll</h2>" in html and f"Order {order[0]}, {order[1]}" in html
+    # legacy-0 [1] and legacy-1 [2] (RF=1) each get one temporary replica; a drain of 1 and 2 moves every replica
+    # on them
+    on = sum(len({1, 2} & set(p["replicas"])) for t in CLUSTER["topics"] for p in t["partitions"])
+    assert "temporary replicas <b>2</b> on 2 partitions" in html and f"a full drain would move {on} replicas" in html
+    for k, b in enumerate(order, start=1):
+        assert f"<tr><td>step {k}/2: broker {b}</td>" in html
+        name = f"step-{k:03d}-broker-{b}-demote.json"
+        r = c.get(f"/kafka-plans/runs/kafka_broker_restart/{run}/files/{name}")
+        assert r.status_code == 200 and r.json()["version"] == 1
