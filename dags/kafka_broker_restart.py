@@ -56,6 +56,19 @@ with DAG(
                                 description="After the last broker keep them instead of removing them"),
         "throttle": Param(None, type=["null", "integer"], minimum=1, title="Throttle (bytes/s)",
                           description="Replication throttle of the temporary replicas' copies; empty = the plan's"),
+        "no_throttle": Param(False, type="boolean", title="Copy without a throttle",
+                             description="Only when neither a throttle nor the plan's suggestion gives a batch a "
+                             "rate (a plan without sizes): copy it at full speed on purpose. Off: such a plan is "
+                             "refused before approval"),
+        "reason": Param(None, type=["null", "string"], title="Reason",
+                        description="Why the brokers restart (an OS patch, a config change, a ticket): recorded "
+                        "with their maintenance state while each restarts"),
+        "sizes_from": Param("brokers", enum=["brokers", "none"], title="Sizes from",
+                            description="brokers = partition sizes and disk capacity from the brokers' "
+                            "DescribeLogDirs; none = count-only (the plan then needs a throttle or no_throttle)"),
+        "kafka_conn_id": Param(None, type=["null", "string"], title="Kafka connection",
+                               description="Apache Kafka connection (security.protocol, SASL, SSL) through which "
+                               "the brokers are asked for sizes and disk capacity; empty = PLAINTEXT"),
         "max_disk_usage": Param(0.85, type="number", exclusiveMinimum=0, maximum=1, title="Max disk usage"),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),
         "kafka_version": Param("3.7", type="string", title="Kafka version (min-ISR rule)"),
@@ -63,12 +76,15 @@ with DAG(
         "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
     },
 ) as dag:
-    snapshot = SnapshotOperator(task_id="snapshot", zk_conn_id="{{ params.zk_conn_id }}", **READ_ONLY)
+    snapshot = SnapshotOperator(task_id="snapshot", zk_conn_id="{{ params.zk_conn_id }}",
+                                kafka_conn_id="{{ params.kafka_conn_id }}", sizes_from="{{ params.sizes_from }}",
+                                **READ_ONLY)
     plan = RestartPlanOperator(task_id="plan", brokers="{{ params.brokers }}", order="{{ params.order }}",
                                exclude_topics="{{ params.exclude_topics }}", kafka_version="{{ params.kafka_version }}",
                                max_disk_usage="{{ params.max_disk_usage }}", **READ_ONLY)
     risk = RiskOperator(task_id="risk_after", after_plan=True, kafka_version="3.7", **READ_ONLY)
-    publish = PublishOperator(task_id="publish", require_approval="{{ params.require_approval }}")
+    publish = PublishOperator(task_id="publish", require_approval="{{ params.require_approval }}",
+                              throttle="{{ params.throttle }}", no_throttle="{{ params.no_throttle }}")
     approve = PlanApprovalOperator(
         task_id="approve",
         subject="{{ ti.xcom_pull(task_ids='publish')['subject'] }}",
@@ -77,11 +93,11 @@ with DAG(
         response_timeout=timedelta(hours=24),
     )
     protect = RollProtectOperator(task_id="protect", zk_conn_id="{{ params.zk_conn_id }}",
-                                  throttle="{{ params.throttle }}")
+                                  throttle="{{ params.throttle }}", no_throttle="{{ params.no_throttle }}")
     steps = RollStepOperator.partial(
         task_id="restart", zk_conn_id="{{ params.zk_conn_id }}", restart_conn_id="{{ params.restart_conn_id }}",
         restart_timeout="{{ params.restart_timeout }}", gate_timeout="{{ params.gate_timeout }}",
-        pause="{{ params.pause_between_brokers }}",
+        pause="{{ params.pause_between_brokers }}", reason="{{ params.reason }}",
     ).expand(step=plan.output)
     finish = RollFinishOperator(task_id="undo", zk_conn_id="{{ params.zk_conn_id }}",
                                 keep_temporary="{{ params.keep_temporary }}")

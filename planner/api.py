@@ -691,6 +691,8 @@ class RollRequest:
     step: int | None = None                   # part "step": its index in the plan's order
     wait_restart: bool = True                 # False: return state "restarting" instead of waiting for it
     run: str | None = None                    # named in the brokers' maintenance state (default: the records folder)
+    no_throttle: bool = False                 # copy temporary replicas that get no rate at full speed, on purpose
+    reason: str = ""                          # why the brokers restart: recorded in their maintenance state
 
 
 @dataclass(frozen=True)
@@ -723,7 +725,8 @@ def roll(req: RollRequest, *, progress: ProgressFn | None = None, restart: Calla
         raise BadInput("give a restart command or a restart callable, not both")
     opts = RollOptions(throttle=req.throttle, poll=req.poll, restart_timeout=req.restart_timeout,
                        gate_timeout=req.gate_timeout, lock_wait=req.lock_wait, keep_temporary=req.keep_temporary,
-                       pause=req.pause, restart=restart, wait_restart=req.wait_restart, run=req.run)
+                       pause=req.pause, restart=restart, wait_restart=req.wait_restart, run=req.run,
+                       reason=req.reason)
 
     def relay(p: Any) -> None:
         if progress is not None:
@@ -731,7 +734,7 @@ def roll(req: RollRequest, *, progress: ProgressFn | None = None, restart: Calla
 
     r = roll_step(req.zk, req.plan, opts, restart_command=req.restart_command, command_timeout=req.command_timeout,
                   auth=req.auth, connect_timeout=req.timeout, out=req.out, progress=relay, part=req.part,
-                  step=req.step, mark=(mark, reason) if mark is not None else None)
+                  step=req.step, mark=(mark, reason) if mark is not None else None, no_throttle=req.no_throttle)
     return RollOutcome(roll_folder(req.plan, req.out), r.plan_id, r.state, r.steps_done, r.steps_total, r.message,
                        tuple(r.warnings), tuple(r.cannot_move), r.kept_temporary, r.resumed, r.seconds, r.broker,
                        r.czxid)

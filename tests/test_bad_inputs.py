@@ -192,7 +192,7 @@ def _restart_plan(c: Ctx, brokers: str = "1", desc: dict | None = None) -> Path:
 
 
 def _roll(c: Ctx, plan: Path, *extra: str) -> list[str]:
-    return ["roll", "--zk", c.zk, "--plan", str(plan), "--out", str(c.out), *extra]
+    return ["roll", "--zk", c.zk, "--plan", str(plan), "--out", str(c.out), *(extra or ("--throttle", "50MB"))]
 
 
 def _lock_held(c: Ctx) -> list[str]:
@@ -360,6 +360,9 @@ CASES = [
     Case("roll-a-drain-plan", lambda c: ["roll", "--zk", "127.0.0.1:1", "--plan", str(c.plan(
         c.snapshot(), [ReassignEntry("payments", 0, (2,))])), "--out", str(c.out)],
          2, "`kplan roll` runs restart plans"),
+    Case("roll-unthrottled-copy", lambda c: _roll(Ctx(c.tmp, "127.0.0.1:1"), _restart_plan(c), "--poll", "1"), 2,
+         "would copy with no replication throttle (the plan was made without partition sizes, so it suggests no "
+         "rate): give a throttle (--throttle RATE, e.g. 50MB), or say --no-throttle"),
     Case("apply-a-restart-plan", lambda c: ["apply", "--zk", "127.0.0.1:1", "--plan", str(_restart_plan(c))], 2,
          "is a restart plan: run it with `kplan roll --zk … --plan"),
     Case("roll-restart-command-bad-placeholder", lambda c: _roll(Ctx(c.tmp, "127.0.0.1:1"), _restart_plan(c),

@@ -37,6 +37,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--throttle", type=rate, metavar="RATE",
                    help="replication throttle of the temporary replicas' copies (e.g. 50MB); default: the plan's "
                    "suggestion")
+    p.add_argument("--no-throttle", action="store_true",
+                   help="copy temporary replicas that get no rate (a plan without sizes, no --throttle) at full "
+                   "speed on purpose; without it such a roll is refused")
+    p.add_argument("--reason", default="", help="why the brokers restart (an OS patch, a ticket): recorded in their "
+                   "maintenance state")
     p.add_argument("--poll", type=float, default=1.0, metavar="S", help="seconds between checks (default 1)")
     p.add_argument("--lock-wait", type=float, default=0.0, metavar="S",
                    help="wait up to S seconds for another kplan's lock; default: refuse at once")
@@ -58,7 +63,8 @@ def _run(args: argparse.Namespace) -> int:
                           throttle=args.throttle, restart_command=args.restart_command,
                           command_timeout=args.command_timeout, restart_timeout=args.restart_timeout,
                           gate_timeout=args.gate_timeout, pause=args.pause, keep_temporary=args.keep_temporary,
-                          poll=args.poll, lock_wait=args.lock_wait)
+                          poll=args.poll, lock_wait=args.lock_wait, no_throttle=args.no_throttle,
+                          reason=args.reason)
     outcome = api.roll(req, progress=progress)
     for w in outcome.warnings:
         print(f"kplan roll: WARNING: {w}", file=sys.stderr)

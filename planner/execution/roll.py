@@ -88,6 +88,7 @@ class RollOptions:
     wait_restart: bool = True           # False: return state `restarting` instead of waiting (a deferring task)
     progress_file: Path | None = None
     run: str | None = None              # named in the brokers' maintenance state (the records folder, a DAG run)
+    reason: str = ""                    # why the brokers restart (an OS patch, a ticket): in their maintenance state
 
 
 @dataclass
@@ -765,9 +766,9 @@ class Roll:
         after (planner/maintenance.py's table: only this roll's plan may), for the roll's own transactions."""
         states = self._read(lambda: mt.read_all(self.client))
         i = self.order.index(broker) + 1
+        why = f"restart roll of brokers {','.join(map(str, self.order))}: step {i}/{len(self.order)}"
         return mt.set_ops(states, [broker], mt.RESTART, state, plan_id=self.plan.id, run=self.opts.run,
-                          reason=f"restart roll of brokers {','.join(map(str, self.order))}: step {i}/{len(self.order)}",
-                          by=mt.identity("roll"))
+                          reason=f"{self.opts.reason} ({why})" if self.opts.reason else why, by=mt.identity("roll"))
 
 
 def command_restarter(template: str, timeout: float, brokers: dict[int, dict[str, Any]] | None = None
@@ -819,12 +820,13 @@ def roll_folder(plan_path: Path | str, out: Path | str | None) -> Path:
 def roll_step(zk: str, plan_path: Path | str, options: RollOptions, *, restart_command: str | None = None,
               command_timeout: float = 600.0, auth: tuple[str, str] | None = None, connect_timeout: float = 10.0,
               out: Path | str | None = None, progress: Callable[[Any], None] | None = None,
-              part: str | None = None, step: int | None = None, mark: tuple[str, str] | None = None) -> RollResult:
+              part: str | None = None, step: int | None = None, mark: tuple[str, str] | None = None,
+              no_throttle: bool = False) -> RollResult:
     """The roll as a whole step: read and check the plan (before any connection), open the session, run the
     roll, write `<run>/roll/outcome.json` (progress.json while it runs)."""
     from dataclasses import asdict
 
-    from planner.plan_model import read_plan
+    from planner.plan_model import apply_schedule, read_plan
 
     for name, value in (("poll", options.poll), ("restart timeout", options.restart_timeout),
                         ("gate timeout", options.gate_timeout)):
@@ -841,6 +843,13 @@ def roll_step(zk: str, plan_path: Path | str, options: RollOptions, *, restart_c
                        "apply this one with `kplan apply`")
     if restart_command is not None:
         _check_template(restart_command)
+    if options.throttle is not None and no_throttle:
+        raise BadInput("give either a throttle or no_throttle (--no-throttle), not both")
+    if part in (None, "protect") and mark is None:
+        # the temporary replicas copy data: never at full speed by accident (docs/APPLY.md "Throttles")
+        refusal = apply_schedule(plan, options.throttle, no_throttle).refusal
+        if refusal:
+            raise BadInput(refusal)
     if part not in (None, "protect", "step", "finish"):
         raise BadInput(f"part must be protect, step or finish, got {part!r}")
     folder = check_records(roll_folder(plan_path, out), plan.id, RECORDS, Path(plan_path),

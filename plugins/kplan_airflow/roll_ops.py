@@ -98,15 +98,17 @@ class RollProtectOperator(BaseOperator):
     """The roll's temporary replicas (planner.api.roll, part protect: its batches, throttled, locked,
     resumable). Never retried by Airflow: running it again resumes."""
 
-    template_fields: Sequence[str] = ("zk_conn_id", "throttle")
+    template_fields: Sequence[str] = ("zk_conn_id", "throttle", "no_throttle", "reason")
     ui_color = "#fde8e8"
 
-    def __init__(self, *, zk_conn_id: str = "zookeeper_default", throttle: Any = None, poll: float = 1.0,
-                 publish_task_id: str = "publish", **kwargs: Any) -> None:
+    def __init__(self, *, zk_conn_id: str = "zookeeper_default", throttle: Any = None, no_throttle: Any = False,
+                 reason: str | None = None, poll: float = 1.0, publish_task_id: str = "publish",
+                 **kwargs: Any) -> None:
         kwargs["retries"] = 0
         kwargs.setdefault("pool", runs.apply_pool())
         super().__init__(**kwargs)
         self.zk_conn_id, self.throttle, self.poll, self.publish_task_id = zk_conn_id, throttle, poll, publish_task_id
+        self.no_throttle, self.reason = no_throttle, reason
 
     def execute(self, context: Context) -> dict[str, Any]:
         run = run_folder(context)
@@ -117,7 +119,8 @@ class RollProtectOperator(BaseOperator):
                                        f"{published}: refusing to run a roll nobody approved")
         runs.update_review(run, status="rolling: temporary replicas")
         throttle = _opt_int(self.throttle)
-        out = call("protect", api.roll, _request(self, context, part="protect", throttle=throttle),
+        out = call("protect", api.roll, _request(self, context, part="protect", throttle=throttle,
+                                                 no_throttle=_truthy(self.no_throttle) and throttle is None),
                    progress=_log_progress(self))
         self.log.info("%s", out.message)
         return {"plan_id": out.plan_id, "state": out.state}
@@ -127,12 +130,12 @@ class RollStepOperator(HITLOperator):
     """One broker of the roll (mapped over the plan's steps); see the module docstring."""
 
     template_fields: Sequence[str] = ("zk_conn_id", "restart_conn_id", "restart_timeout", "gate_timeout", "pause",
-                                      "turn_poll")
+                                      "turn_poll", "reason")
     ui_color = "#fdf5e8"
 
     def __init__(self, *, step: Any, zk_conn_id: str = "zookeeper_default", restart_conn_id: str | None = None,
                  restart_timeout: Any = 900, gate_timeout: Any = 900, pause: Any = False, turn_poll: Any = None,
-                 poll: float = 2.0, **kwargs: Any) -> None:
+                 reason: str | None = None, poll: float = 2.0, **kwargs: Any) -> None:
         kwargs["retries"] = 0
         kwargs.setdefault("pool", runs.apply_pool())
         super().__init__(subject="Continue the restart roll?", options=[CONTINUE, STOP], defaults=STOP,
@@ -140,7 +143,7 @@ class RollStepOperator(HITLOperator):
         self.step, self.zk_conn_id, self.restart_conn_id = step, zk_conn_id, restart_conn_id
         self.restart_timeout, self.gate_timeout, self.pause, self.turn_poll = (restart_timeout, gate_timeout,
                                                                                pause, turn_poll)
-        self.poll = poll
+        self.poll, self.reason = poll, reason
 
     # ------------------------------------------------------------------------------------------ steps
     def execute(self, context: Context) -> Any:
@@ -175,7 +178,7 @@ class RollStepOperator(HITLOperator):
         run = run_folder(context)
         req = _request(self, context, part="step", step=i, wait_restart=False,
                        restart_timeout=float(self.restart_timeout), gate_timeout=float(self.gate_timeout),
-                       **self._restart())
+                       reason=str(self.reason or ""), **self._restart())
         try:
             out = api.roll(req, progress=_log_progress(self))
         except api.NotYourTurn as e:
