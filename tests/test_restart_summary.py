@@ -52,3 +52,6 @@ def test_every_step_is_shown_without_and_with_the_plan(tmp_path):
     assert sm.title(plan) == "Rolling restart of broker(s) 3, 1"
     text = rsm.text_report(plan, summary)
     assert "step 2/2: broker 1 [controlled]" in text and "MEDIUM" in text
+    # the rate the temporary replicas copy at, as any plan's approval shows it (the DAG passes apply_schedule)
+    body = rsm.approval_body(plan, summary, "http://x/plan", None, api.apply_schedule(plan, 5_000_000, False))
+    assert "- copy of the temporary replicas: " in body and "(throttle given)" in body

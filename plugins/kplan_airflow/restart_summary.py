@@ -74,8 +74,12 @@ def _cell(f: Mapping[str, Any] | None) -> str:
     return f"**{str(f['level']).upper()}**" + (f" ({', '.join(parts)})" if parts else "")
 
 
-def approval_body(plan: Any, risk: Mapping[str, Any] | None, url: str | None, reason: str | None = None) -> str:
-    """Markdown for the approval: the roll, the temporary replicas beside a full drain, every step's risk."""
+def approval_body(plan: Any, risk: Mapping[str, Any] | None, url: str | None, reason: str | None = None,
+                  schedule: Any = None) -> str:
+    """Markdown for the approval: the roll, the temporary replicas beside a full drain, the rate their copy
+    runs at (`schedule`: api.apply_schedule, as for any plan), every step's risk."""
+    from kplan_airflow.summary import schedule_lines
+
     f = figures(plan)
     r = f["reasons"]
     lines = [
@@ -91,6 +95,7 @@ def approval_body(plan: Any, risk: Mapping[str, Any] | None, url: str | None, re
         f"- leadership: {f['leaders_to_move']} leaders moved off their broker before it stops, restored after; "
         f"**{f['cannot_move']}** cannot move",
     ]
+    lines += [x.replace("- apply:", "- copy of the temporary replicas:", 1) for x in schedule_lines(schedule)]
     for w in f["warnings"]:
         lines.append(f"- ⚠ {w}")
     if reason:
