@@ -212,6 +212,16 @@ def _reassigning(c: Ctx) -> list[str]:
     return _roll(c, plan)
 
 
+def _held_by_a_running_apply(c: Ctx) -> list[str]:
+    """Broker 3 is draining for the drain whose apply holds the lock (it is running): clearing it is refused."""
+    entry = {"format": "kplan-maintenance/1", **_drained(3), "state": "draining"}
+    holder = {"command": "apply", "host": "ops-1", "pid": 4242, "user": "alice", "plan_id": entry["plan_id"],
+              "since": "2026-11-25T10:00:00Z"}
+    c.load(SEED, {}, {"/kplan/maintenance/3": json.dumps(entry).encode(),
+                      "/kplan/lock/0123456789abcdef__lock__0000000000": json.dumps(holder).encode()})
+    return ["maintenance", "clear", "--zk", c.zk, "--brokers", "3"]
+
+
 def _broker_down(c: Ctx) -> list[str]:
     plan = _restart_plan(c, "3")
     c.load({**SEED, "brokers": [*SEED["brokers"][:2], {"id": 3, "rack": "r3", "alive": False}]})
@@ -393,6 +403,8 @@ CASES = [
         "/kplan/maintenance/3": json.dumps({"format": "kplan-maintenance/1", **_drained(3)}).encode()}),
         "--brokers", "3", "--state", "draining"], 2, "broker 3 is drained, not draining: nothing was cleared",
          zk=True),
+    Case("maintenance-clear-held-by-a-running-apply", _held_by_a_running_apply, 1,
+         "broker 3 is draining for kplan apply of plan sha256:dddddddddddd", zk=True),
 
     # issue 18: brokers registered in ZooKeeper that do not answer DescribeLogDirs (here their hosts do not
     # resolve): the snapshot names them instead of coming out count-only
