@@ -191,6 +191,28 @@ def test_cancel_revert_of_a_killed_apply_moves_the_batch_back(cluster, tmp_path,
     env.check.assert_nothing_lost(rf_of(env.desc), expect)
 
 
+def test_a_cancel_that_runs_out_of_time_says_so_and_leaves_the_run_to_resume_or_cancel(cluster, tmp_path, capsys):
+    """A cancel that does the work itself (the apply was killed) and whose --timeout runs out while the batch is
+    in flight: one line saying so, exit 1, the run left cancelling, the lock released. (It crashed with a TypeError instead: the
+    message formatted the apply's own timeout, None in a cancel; seen in issue 19's ZooKeeper-death test.)"""
+    env = cluster(drain_desc(size=20 * MB))
+    plan_dir = tmp_path / "run" / "plan"
+    doc = drain_plan(plan_dir, size=20 * MB)
+    proc = spawn_apply(env, plan_dir, "--throttle", "1MB", "--connect-timeout", "1")
+    poll(in_flight(env, doc, 1), what="batch 1 in flight (20 MB at 1 MB/s)", timeout=60)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    poll(lambda: env.check.lock_holders() == [], what="the killed apply's lock gone with its session")
+    capsys.readouterr()
+    assert env.kplan("cancel", "--zk", env.connect, "--plan", str(plan_dir), "--timeout", "2", "--poll", "0.2") == 1
+    err = capsys.readouterr().err
+    assert "kplan cancel: error: cancel timed out after 2 s while batch 1 was in flight; 1 partitions not done: " \
+           "a-0: throttle too low for the bytes left" in err, err
+    assert env.check.unit_states(doc) == ["completed", "submitted", "pending"]
+    assert env.check.run(doc)["state"] == "cancelling" and env.check.lock_holders() == []   # run cancel again
+    assert set(env.check.throttles()) >= {"topics/a"}   # the batch in flight keeps its throttle
+
+
 def test_verify_names_a_throttle_too_low_and_a_resumed_apply_raises_it(cluster, tmp_path):
     env = cluster(drain_desc(size=200 * MB))
     plan_dir = tmp_path / "run" / "plan"

@@ -111,6 +111,7 @@ class Executor:
                                  stamp={"plan_id": plan.id})
         self.started = time.monotonic()
         self.deadline = self.started + self.opts.timeout if self.opts.timeout else None
+        self.budget = self.opts.timeout   # the seconds `deadline` allows (cancel sets its own)
         self.warnings: list[str] = []
         self.units_submitted = 0
         self.resumed = False
@@ -228,7 +229,7 @@ class Executor:
     def _check_time(self, what: str, keys: list[Key]) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
             reasons = self.diagnose(keys, time_left=0.0)
-            raise NotConverged(f"{self.command} timed out after {self.opts.timeout:.0f} s while {what}; "
+            raise NotConverged(f"{self.command} timed out after {self.budget or 0:.0f} s while {what}; "
                                + stalled_text(reasons) + ". The run is recorded: `kplan apply` again resumes it, "
                                "`kplan verify` reports, `kplan cancel` stops it")
 
@@ -890,6 +891,7 @@ class Executor:
             if run.state in rs.TERMINAL:
                 return self._result(run, run.state, f"the apply honoured the cancel: the run is {run.state}")
             self.deadline = time.monotonic() + timeout
+            self.budget = timeout
             self._read(lambda: preflight.check_cluster(self.client))
             return self._finish_cancel(run, req, self._in_flight_unit())
         finally:
