@@ -471,9 +471,10 @@ class Sandbox:
         if pid and self.daemon_alive():
             try:
                 self._call("shutdown", {}, 10)
-            except PlannerError:
-                pass
-            deadline = time.monotonic() + timeout
+                answered = True
+            except PlannerError:   # its loop is stuck (e.g. on a ZooKeeper that is gone): straight to SIGTERM
+                answered = False
+            deadline = time.monotonic() + (timeout if answered else 0.0)
             while pid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
             for sig in (signal.SIGTERM, signal.SIGKILL):

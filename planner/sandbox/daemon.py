@@ -47,6 +47,7 @@ log = logging.getLogger("planner.sandbox.daemon")
 DAEMON_CONFIG = "daemon.json"
 CONTROL_FILE = "control.json"
 LOG_FILE = "sandbox.log"
+STOP_GRACE = 3.0   # seconds a SIGTERM may take before the daemon leaves without finishing its stop
 
 
 class BadRequest(Exception):
@@ -177,6 +178,8 @@ class Daemon:
         self.token: str = cfg["token"]
         self.timing = Timing(**cfg.get("timing", {}))
         self.loop = Loop()
+        self._stopped = threading.Event()
+        self._stop_watchdog: threading.Thread | None = None
         self.loop.after = self._check_waiters
         self.brokers: dict[int, Broker] = {}
         self.initially_alive: list[int] = []
@@ -667,14 +670,36 @@ class Daemon:
         os.replace(tmp, self.dir / CONTROL_FILE)
 
     def run(self) -> int:
-        signal.signal(signal.SIGTERM, lambda *_: self.loop.post(self._stop))
+        signal.signal(signal.SIGTERM, self._on_sigterm)
         self.serve()
         self.loop.post(self._startup)
         try:
             self.loop.run()
         finally:
             self._cleanup()
+            self._stopped.set()
         return 1 if self.fatal else 0
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        """Stop on the loop; if the loop cannot get there, leave anyway after STOP_GRACE seconds.
+
+        With ZooKeeper gone the loop thread can sit in a kazoo request for ever: kazoo queues a request made
+        while it reconnects and its caller waits, without a timeout, until ZooKeeper answers again (as Kafka's
+        own controller does: KafkaZkClient.retryRequestsUntilConnected). The daemon then never reached its
+        stop, and `kill` (SIGTERM) was ignored until SIGKILL. A Kafka broker does not hang either: its
+        controlled shutdown gives up after controlled.shutdown.max.retries and it shuts down."""
+        self.loop.post(self._stop)
+        if self._stop_watchdog is None:
+            self._stop_watchdog = threading.Thread(target=self._leave_if_stuck, name="stop-watchdog", daemon=True)
+            self._stop_watchdog.start()
+
+    def _leave_if_stuck(self) -> None:
+        if self._stopped.wait(STOP_GRACE):
+            return
+        log.warning("sandbox daemon: SIGTERM not carried out within %.0f s (the loop waits on a ZooKeeper that "
+                    "does not answer): leaving now", STOP_GRACE)
+        logging.shutdown()
+        os._exit(128 + signal.SIGTERM)
 
     def _stop(self) -> None:
         self.loop.running = False
