@@ -184,6 +184,18 @@ def _other_plans_report(c: Ctx) -> list[str]:
     return argv
 
 
+def _risk_over_plan(c: Ctx) -> list[str]:
+    """risk of a plan with --out the plan folder itself, --force: the plan would be deleted (issue 19 item 2)."""
+    plan = c.plan(c.snapshot(), [ReassignEntry("payments", 0, (2,))])
+    return ["risk", "--snapshot", str(c.tmp / "snap"), "--plan", str(plan), "--out", str(plan), "--force"]
+
+
+def _empty_chroot(c: Ctx) -> str:
+    """A chroot that exists and holds no Kafka cluster (the mistyped one does not exist at all)."""
+    c.client.ensure_path("/empty")
+    return "/empty"
+
+
 def _restart_plan(c: Ctx, brokers: str = "1", desc: dict | None = None) -> Path:
     snap = c.snapshot("rsnap", desc)
     assert cli.main(["plan", "restart", "--snapshot", str(snap), "--brokers", brokers, "--out",
@@ -282,6 +294,10 @@ CASES = [
     Case("plan-force-out-holds-its-sizes-file", lambda c: _sizes_inside_out(c, [
         "plan", "drain", "--snapshot", str(c.snapshot()), "--brokers", "2"], kind="plan"),
          2, "would replace the input", keep=True),
+    Case("plan-force-out-contains-the-snapshot", lambda c: ["plan", "drain", "--snapshot", str(c.snapshot()),
+                                                            "--brokers", "1", "--out", str(c.tmp), "--force"],
+         2, "would replace the input"),
+    Case("risk-force-out-is-the-plan", lambda c: _risk_over_plan(c), 2, "would replace the input"),
     # --- issue 19 item 4: a mistyped chroot is refused before anything is written (no /typo/kplan/lock)
     Case("verify-mistyped-chroot", lambda c: _executing(c, "verify", "/typo"), 2, "/typo: the chroot does not exist",
          zk=True),
@@ -291,6 +307,16 @@ CASES = [
     Case("maintenance-clear-mistyped-chroot", lambda c: ["maintenance", "clear", "--zk", c.load(SEED) + "/typo",
                                                          "--brokers", "1"], 2, "/typo: the chroot does not exist",
          zk=True),
+    Case("snapshot-mistyped-chroot", lambda c: ["snapshot", "--zk", c.load(SEED) + "/typo", "--out", str(c.out),
+                                                "--no-sizes"], 2, "no Kafka cluster at ", zk=True),
+    Case("roll-mistyped-chroot", lambda c: _roll(Ctx(c.tmp, c.load(SEED) + "/typo"), _restart_plan(c)), 2,
+         "/typo: the chroot does not exist", zk=True),
+    Case("brokers-mistyped-chroot", lambda c: ["brokers", "--zk", c.load(SEED) + "/typo"], 2,
+         "/typo: the chroot does not exist", zk=True),
+    Case("risk-reread-mistyped-chroot", lambda c: [*_risk_over_plan(c)[:5], "--zk", c.load(SEED) + "/typo", "--out",
+                                                   str(c.out)], 2, "/typo: the chroot does not exist", zk=True),
+    Case("verify-chroot-without-kafka", lambda c: _executing(c, "verify", _empty_chroot(c)), 2,
+         "/empty: /brokers/ids and /brokers/topics are missing", zk=True),
     # --- issue 19 item 6: each plan's execution records are its own; never inside or around the plan
     Case("verify-out-is-the-plan-folder", lambda c: _executing(c, "verify", extra=("--out", str(c.tmp / "plan"))),
          2, "is the plan folder", zk=True),
@@ -299,6 +325,8 @@ CASES = [
     Case("apply-out-inside-the-plan-folder", lambda c: _executing(c, "apply", extra=(
         "--out", str(c.tmp / "plan" / "apply"))), 2, "is inside the plan folder", zk=True),
     Case("verify-out-not-empty", lambda c: (_filled(c), _executing(c, "verify", extra=("--out", str(c.out))))[1],
+         2, "is not empty (keep.txt)", zk=True, keep=True),
+    Case("apply-out-not-empty", lambda c: (_filled(c), _executing(c, "apply", extra=("--out", str(c.out))))[1],
          2, "is not empty (keep.txt)", zk=True, keep=True),
     Case("verify-over-another-plans-report", _other_plans_report, 2, "holds the records of plan sha256:abab",
          zk=True),
