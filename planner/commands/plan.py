@@ -163,6 +163,41 @@ def _wrap(label: str, text: str, width: int = 110) -> list[str]:
                          break_long_words=False, break_on_hyphens=False) or [head.rstrip()]
 
 
+def _moves_line(doc: Mapping[str, Any]) -> str:
+    """The moves against the bound the plan is measured by, and what that bound is for."""
+    s = doc["summary"]
+    head = f"{s['replica_moves']:,} ({count(s['partitions_moved'], 'partition')}, {_human(s['bytes_moved'])})"
+    if s.get("already_balanced"):
+        return head + ": already balanced, nothing to move"
+    ratio = f", x{s['moves_over_lower_bound']}" if s.get("moves_over_lower_bound") is not None else ""
+    if doc["kind"] == "drain":
+        return head + f"; lower bound {s['lower_bound_moves']:,} (the drained brokers' replicas){ratio}"
+    if doc["kind"] != "rebalance":
+        return head + f"; lower bound {s['lower_bound_moves']:,}{ratio}"
+    band = s.get("target_replica_band")
+    goal = f"replica spread <= {s['reachable_replica_spread']} ({band[0]:,}..{band[1]:,} per broker)" if band \
+        else "the level counts"
+    parts = s.get("lower_bound_parts") or {}
+    basis = s.get("lower_bound_basis")
+    if basis == "count + leader caps":
+        side = parts.get("joint_side", "above")
+        base = parts["replicas_above_band"] if side == "above" else parts["replicas_below_band"]
+        why = (f"{base:,} replicas {'above' if side == 'above' else 'missing below'} the band + "
+               f"{parts['leader_cap_extra_moves']:,} moves the topics' leader caps add")
+    elif basis == "leader caps":
+        why = f"{parts['leader_cap_deficiency']:,} partitions no leader within its topic's cap can serve today"
+    elif basis == "exact":
+        why = "the exact minimum (CP-SAT)"
+    elif basis == "count under the rack rules":
+        why = "the fewest new replicas that reach the band when replicas may change only to racks their " \
+              "partitions may use"
+    else:
+        why = (f"{max(parts.get('replicas_above_band', 0), parts.get('replicas_below_band', 0)):,} replicas "
+               "above / missing below the band")
+    return head + f"; lower bound {s['lower_bound_moves']:,} to reach {goal} with every topic's leaders " \
+        f"within its cap ({why}){ratio}"
+
+
 def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any], plan: Any = None) -> None:
     from planner.plan_model import replica_spread_text
 
@@ -174,13 +209,11 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any], plan: Any =
         doc["kind"], f"rebalance ({p['balance']} balance)")
     lines = [
         f"plan {doc['id']}: {what}",
-        *(_wrap("replica moves", _nothing_to_move(doc)) if not s["replica_moves"] else []),
-        *([f"  replica moves      {s['replica_moves']} ({count(s['partitions_moved'], 'partition')}, "
-           f"{_human(s['bytes_moved'])}); lower bound {s['lower_bound_moves']}"
-           + (f", x{s['moves_over_lower_bound']}" if s["moves_over_lower_bound"] is not None else "")]
-          if s["replica_moves"] else []),
-        *_wrap("replica spread", replica_spread_text(plan) if plan is not None else
-               f"{b['replica_spread']} -> {a['replica_spread']}"),
+        *_wrap("replica moves", _moves_line(doc) if s["replica_moves"] else _nothing_to_move(doc)),
+        *_wrap("replica spread", (replica_spread_text(plan) if plan is not None else
+                                  f"{b['replica_spread']} -> {a['replica_spread']}")
+               + (f"; the racks allow {s['reachable_replica_spread']} at best: {s['replica_spread_reason']}"
+                  if s.get("replica_spread_reason") else "")),
         f"  leader spread      {b['leader_spread']} -> {a['leader_spread']} "
         f"(ideal {s['ideal_leaders_per_broker']} per broker, within 1: {s['leaders_within_one_of_ideal']})",
         f"  topic leaders      max per broker {s['max_topic_leaders_per_broker_after']}; "

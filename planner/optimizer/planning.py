@@ -341,7 +341,7 @@ def move_figures(res: PlanResult) -> dict[str, Any]:
         if pb.sizes_known:
             on = ((orig >= 0) & res.drained[np.maximum(orig, 0)]).sum(axis=1)
             lb_bytes = int((on * np.maximum(pb.sizes, 0)).sum())
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"lower_bound_basis": "drained replicas"}
     elif res.params.kind == "return":
         ret = res.returned
         assert ret is not None
@@ -355,15 +355,34 @@ def move_figures(res: PlanResult) -> dict[str, Any]:
         lb = info.lower_bound_moves
         lb_bytes = info.lower_bound_bytes
         extra = {"balance": info.mode, "excess_over_ceil_mean": info.excess_over_ceil_mean,
-                 "leader_repair_moves": info.repair_moves, "rounds": info.rounds}
+                 "leader_repair_moves": info.repair_moves, "rounds": info.rounds,
+                 **rebalance_bound_figures(info, replica_moves)}
     return {
         "replica_moves": replica_moves,
         "partitions_moved": int(data.sum()),
         "bytes_moved": bytes_moved,
         "lower_bound_moves": lb,
         "lower_bound_bytes": lb_bytes,
-        "moves_over_lower_bound": round(replica_moves / lb, 4) if lb else (1.0 if replica_moves == 0 else None),
+        "moves_over_lower_bound": round(replica_moves / lb, 4) if lb else None,
         "leadership_changes": leader_changes,
         "leader_only_partitions": int(((orig != final).any(axis=1) & ~data).sum()),
         **extra,
     }
+
+
+def rebalance_bound_figures(info: RebalanceInfo, replica_moves: int) -> dict[str, Any]:
+    """What a rebalance's lower bound is for: the band of replica counts (the best spread the racks allow,
+    reach.py, and why not better), the topics' leader caps, and which of the bounds (bounds.py) it is."""
+    bd, rc = info.bound, info.reach
+    out: dict[str, Any] = {}
+    if rc is not None:
+        out.update({"target_replica_band": [rc.low, rc.high], "reachable_replica_spread": rc.spread,
+                    "replica_spread_reason": rc.reason})
+    if bd is not None:
+        out.update({"lower_bound_basis": bd.basis,
+                    "lower_bound_parts": {"replicas_above_band": bd.above, "replicas_below_band": bd.below,
+                                          "rack_transport": bd.transport,
+                                          "leader_cap_deficiency": bd.leader_caps,
+                                          "joint_side": bd.joint_side, "leader_cap_extra_moves": bd.joint_extra}})
+    out["already_balanced"] = replica_moves == 0 and info.lower_bound_moves == 0
+    return out

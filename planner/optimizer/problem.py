@@ -73,7 +73,18 @@ class Problem:
 
     @property
     def rf(self) -> np.ndarray:
-        return (self.replicas >= 0).sum(axis=1).astype(np.int32)
+        return self._cached("rf", (self.replicas,), lambda: (self.replicas >= 0).sum(axis=1).astype(np.int32))
+
+    def _cached(self, name: str, inputs: tuple, make):
+        """A figure derived from arrays the Problem never changes in place, computed once per set of input
+        arrays (the planner reads `rf` and `fixed` thousands of times on paths over every partition)."""
+        cache = self.__dict__.setdefault("_derived", {})
+        key = tuple(id(x) for x in inputs)
+        hit = cache.get(name)
+        if hit is None or hit[0] != key:
+            hit = (key, make())
+            cache[name] = hit
+        return hit[1]
 
     @property
     def sizes_known(self) -> bool:
@@ -82,8 +93,11 @@ class Problem:
     @property
     def fixed(self) -> np.ndarray:
         """Partitions the plan must not touch at all (not even their replica order)."""
-        fixed = self.excluded_topic[self.topic_of] | self.in_flight | (self.rf == 0)
-        return fixed if self.unknown_state is None else fixed | self.unknown_state
+        def make() -> np.ndarray:
+            fixed = self.excluded_topic[self.topic_of] | self.in_flight | (self.rf == 0)
+            return fixed if self.unknown_state is None else fixed | self.unknown_state
+        return self._cached("fixed", (self.replicas, self.excluded_topic, self.topic_of, self.in_flight,
+                                      self.unknown_state), make)
 
     @property
     def in_maintenance(self) -> np.ndarray:

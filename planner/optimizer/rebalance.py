@@ -28,76 +28,88 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.optimizer.bounds import Bound, count_bound, lower_bound
 from planner.optimizer.byte_level import level_bytes
+from planner.optimizer.chains import augment
 from planner.optimizer.checks import popcount, required_racks
 from planner.optimizer.exact import rebalance_exact
 from planner.optimizer.mcf import BIG_CAP, FlowGraph, band, level_arcs, penalty, unique_inverse
 from planner.optimizer.problem import Problem, rack_masks
+from planner.optimizer.reach import Reach, reach
 from planner.optimizer.state import (
     State,
     apply_move,
     broker_counts,
     bytes_per_broker,
     is_new,
+    level_band,
     member_rows,
     movable,
     rack_ok,
 )
-from planner.optimizer.witness import leader_caps, witness
+from planner.optimizer.witness import leader_cap0, leader_caps, repair, witness
 
 NO_LIMIT = 1 << 62
 REPLAN_LIMIT = 50_000  # partitions: up to here the leadership witness is re-planned every round
 
 
-def _count_bound(counts: np.ndarray, total: int, mode: str) -> int:
-    """Moves any plan needs to level `counts` (eligible brokers, before) to `total` replicas: each move takes
-    one replica off one broker. Spread <= 1 (count mode) leaves ceil(mean) on the brokers that hold the most;
-    at most ceil(mean) per broker (bytes mode)."""
-    lo, hi = band(total, len(counts))
-    ranked = np.sort(counts)[::-1]
-    target = np.where(np.arange(len(ranked)) < total - lo * len(ranked), hi, lo) if mode == "count" else hi
-    return int(np.maximum(0, ranked - target).sum())
-
-
 @dataclass
 class RebalanceInfo:
     mode: str
-    lower_bound_moves: int          # max(count bound, leader-cap deficiency): no plan reaching both needs fewer
-    excess_over_ceil_mean: int      # the issue's formula: sum over brokers of max(0, count - ceil(mean))
+    lower_bound_moves: int          # the bound the plan is measured against (`bound.moves`, or CP-SAT's minimum)
+    excess_over_ceil_mean: int      # sum over brokers of max(0, count - ceil(mean))
     lower_bound_bytes: int | None   # sum over brokers of max(0, bytes - mean) when sizes are known
     repair_moves: int               # moves made so that every topic's leaders can spread
     rounds: int
     unreached: list[str] = field(default_factory=list)
     exact: bool = False             # solved by CP-SAT (small cluster), not by the flow decomposition
     leader_topics_stopped: list[str] = field(default_factory=list)  # topics the budget kept above their cap
+    bound: Bound | None = None      # the lower bounds and the band of counts they are for (bounds.py)
+    reach: Reach | None = None      # the most level counts the racks allow, and why not more (reach.py)
 
 
 def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", max_moves: int | None = None,
                     max_bytes: int | None = None, use_exact: bool = True) -> tuple[np.ndarray, RebalanceInfo]:
+    """Level the `eligible` brokers (registered and not excluded from receiving: drained or in maintenance;
+    replicas on other brokers stay where they are)."""
     B = pb.num_brokers
     mode = ("bytes" if pb.sizes_known else "count") if balance == "auto" else balance
     final = pb.replicas.copy()
     e_idx = np.flatnonzero(eligible)
     counts = broker_counts(final, B)
-    counts0 = counts[e_idx].copy()
     lo, hi = band(int(counts[e_idx].sum()), len(e_idx))
     excess = int(np.maximum(0, counts[e_idx] - hi).sum())
     lb_bytes = None
     if pb.sizes_known and len(e_idx):
         by = bytes_per_broker(final, pb.sizes, B)[e_idx]
         lb_bytes = int(np.maximum(0.0, by - by.mean()).sum())
+    rc = reach(pb, eligible)
     st = State(final, np.full(len(final), -1, np.int32), {},
                 np.zeros(len(pb.topic_names), np.int64))
+    if rc.spread > 1:
+        # the racks (or single-replica topics' leader caps) keep the counts apart: reach the best spread they
+        # allow with the fewest moves, [low, high] (reach.py); leveling within it would move more for nothing
+        st.band = (rc.low, rc.high)
     if mode == "count" and use_exact:
         done = rebalance_exact(pb, eligible, max_moves, max_bytes)
         if done is not None:
             moved = int(((done[0] >= 0) & ~member_rows(done[0], pb.replicas)).sum())
-            return done[0], RebalanceInfo(mode, moved, excess, lb_bytes, 0, 0, [], exact=True)
+            above, below = count_bound(counts[e_idx], rc.low, rc.high)
+            exact_bound = Bound(moved, "exact", max(above, below), above, below, 0, 0, (rc.low, rc.high))
+            return done[0], RebalanceInfo(mode, moved, excess, lb_bytes, 0, 0, [], exact=True, bound=exact_bound,
+                                          reach=rc)
     budget_m = max_moves if max_moves is not None else BIG_CAP
     budget_b = max_bytes if max_bytes is not None else NO_LIMIT
     unreached: list[str] = []
-    repair, stopped, deficiency = leader_caps(pb, st, eligible, budget_m, budget_b, unreached)
+    # the level plan before anything moves (every replica free to move): which brokers shed and which fill,
+    # so that the moves the topics' leader caps need are, where possible, moves the levelling makes anyway
+    st.cap = leader_cap0(pb, eligible)
+    shed0, gain0, _, _ = _r1(pb, st, eligible, None)
+    repair, stopped, deficiency, deficient = leader_caps(pb, st, eligible, budget_m, budget_b, unreached,
+                                                         shed0, gain0)
     rounds = _count_rounds(pb, st, eligible, budget_m, budget_b, mode=mode)
+    augment(pb, st, eligible, budget_m, budget_b)
+    rounds += _lead_again(pb, st, eligible, budget_m, budget_b, mode, unreached)
     if mode == "bytes":
         # level bytes with few large moves, then level counts again with the smallest replicas (cheap in
         # bytes), then mend bytes if that pushed a broker out of the tolerance (the skewed 1M case needs about
@@ -105,13 +117,60 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
         rounds += level_bytes(pb, st, eligible, budget_m, budget_b)
         for _ in range(12):
             counts = broker_counts(st.final, B)[e_idx]
-            if counts.max() - counts.min() <= 1:
+            if counts.max() - counts.min() <= max(1, rc.spread):
                 break
             rounds += _count_rounds(pb, st, eligible, budget_m, budget_b, mode=mode)
+            augment(pb, st, eligible, budget_m, budget_b)
             rounds += level_bytes(pb, st, eligible, budget_m, budget_b)
-    lb = max(_count_bound(counts0, int(broker_counts(st.final, B)[e_idx].sum()), mode), deficiency)
-    return st.final, RebalanceInfo(mode, lb, excess, lb_bytes, repair, rounds, unreached,
-                                   leader_topics_stopped=stopped)
+    bound = lower_bound(pb, eligible, rc.low, rc.high, leader_cap0(pb, eligible), deficient, deficiency,
+                        transport=rc.transport)
+    return st.final, RebalanceInfo(mode, bound.moves, excess, lb_bytes, repair, rounds, unreached,
+                                   leader_topics_stopped=stopped, bound=bound, reach=rc)
+
+
+def _lead_again(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, budget_b: int, mode: str,
+                unreached: list[str], tries: int = 3) -> int:
+    """After the count rounds, what is still outside the band: chains that may move planned leaders too
+    (chains.augment), then a maximum witness over the placement says whether every partition still has a
+    leader within its topic's cap; where not, repair moves serve it (witness.repair) and the count rounds level
+    again. If the last try still leaves partitions without a leader within the cap, the replica levels win:
+    those topics' caps are raised until every partition has one, and a warning names them (the racks, the
+    single-replica partitions and those caps did not all hold; the leader step then keeps each such topic at
+    the least its final placement allows). Returns the rounds made."""
+    rounds = 0
+    for i in range(tries):
+        augment(pb, st, eligible, budget_m, budget_b, leaders_free=True)
+        witness(pb, st, eligible)
+        rows = _leaderless(pb, st, eligible)
+        if not len(rows):
+            break
+        if i == tries - 1:
+            raised: set[int] = set()
+            while len(rows):
+                t = np.unique(pb.topic_of[rows])
+                st.cap[t] += 1
+                raised.update(t.tolist())
+                witness(pb, st, eligible)
+                rows = _leaderless(pb, st, eligible)
+            names = [pb.topic_names[t] for t in sorted(raised)]
+            shown = ", ".join(names[:10]) + (f" (+{len(names) - 10} more)" if len(names) > 10 else "")
+            unreached.append(f"{len(names)} topics may keep more preferred leaders on a broker than ceil(partitions"
+                             f" / brokers): with the replica counts levelled, the rack rules and the single-replica "
+                             f"partitions left no placement within their caps that the plan found ({shown})")
+            break
+        done, _, unserved = repair(pb, st, eligible, rows, budget_m, budget_b)
+        if len(unserved):
+            st.cap[np.unique(pb.topic_of[np.asarray(unserved, dtype=np.int64)])] += 1
+        if not done and not len(unserved):
+            break
+        rounds += _count_rounds(pb, st, eligible, budget_m, budget_b, mode=mode)
+    return rounds
+
+
+def _leaderless(pb: Problem, st: State, eligible: np.ndarray) -> np.ndarray:
+    """Rows that may change and hold an eligible replica but have no planned leader."""
+    return np.flatnonzero(~pb.fixed & (st.lead < 0) & ((st.final >= 0) & eligible[np.maximum(st.final, 0)])
+                          .any(axis=1))
 
 
 @dataclass
@@ -125,6 +184,7 @@ class _Classes:
     si: np.ndarray      # (M,) slot,
     cls: np.ndarray     # (M,) class
     bucket: np.ndarray  # (C,) size bucket (0 = smallest; all 0 unless classed by size)
+    keeps: np.ndarray   # (C,) moving one costs its source leader room (see `_leader_room`), where that is short
 
 
 SIZE_BUCKETS = 8  # bytes balance: replicas of a source are classed by size octile, smaller ones cheaper to move
@@ -142,7 +202,7 @@ def _class_caps(pb: Problem, st: State, eligible: np.ndarray, buckets: int = 1) 
     pos = np.full(B, -1, np.int64)
     pos[e_idx] = np.arange(n_e)
     f = st.final
-    ri, si = np.nonzero(movable(pb, st, eligible))
+    ri, si = np.nonzero(movable(pb, st, eligible) & (pb.rf != 1)[:, None])   # (single-replica: `_singles`)
     a = pos[f[ri, si]]
     nr = len(pb.rack_names) if pb.rack_aware else 0
     q_of = np.where(pb.rack_of[e_idx] >= 0, pb.rack_of[e_idx], nr) if pb.rack_aware else np.zeros(n_e, np.int64)
@@ -163,7 +223,12 @@ def _class_caps(pb: Problem, st: State, eligible: np.ndarray, buckets: int = 1) 
         rank = np.empty(len(ri), np.int64)
         rank[np.lexsort((si, ri, np.maximum(pb.sizes[ri], 0)))] = np.arange(len(ri))
         bucket = rank * buckets // len(ri)
-    a = a * buckets + bucket
+    # a replica whose move lowers the leader room of a source that is short of it (`_leader_room`) is classed
+    # apart, so that R1 moves the others first
+    keeps = _costs_room(pb, st, eligible, ri, si)
+    buckets2 = buckets * 2
+    a = (a * buckets + bucket) * 2 + keeps
+    buckets = buckets2
     if n_q + 1 + int(n_e * buckets).bit_length() <= 62:  # one int64 key per replica (fast), else rows of a matrix
         code = (allowed.astype(np.int64) << np.arange(n_q, dtype=np.int64)).sum(axis=1)
         key1 = (a << (n_q + 1)) | (lead.astype(np.int64) << n_q) | code
@@ -215,7 +280,131 @@ def _class_caps(pb: Problem, st: State, eligible: np.ndarray, buckets: int = 1) 
         cap -= np.bincount(cls[ok] * n_e + bp[ok], minlength=n_c * n_e).reshape(n_c, n_e)
     src = uk[:, 0] // buckets
     cap[np.arange(n_c), src] = 0
-    return _Classes(src, count, np.maximum(cap, 0), uk[:, 1].astype(bool), ri, si, cls, uk[:, 0] % buckets)
+    return _Classes(src, count, np.maximum(cap, 0), uk[:, 1].astype(bool), ri, si, cls,
+                    (uk[:, 0] % buckets) // 2, uk[:, 0] % 2)
+
+
+def _room_gains(pb: Problem, st: State, eligible: np.ndarray, cl: _Classes, ci: np.ndarray, cb: np.ndarray
+                ) -> np.ndarray:
+    """Per (class, receiver) arc, how many of the arc's capacity may go at the plain cost: all of it, except
+    into a receiver short of leader room, where only as many as the class's members would add to that room
+    (per topic, at most the cap minus what the receiver holds)."""
+    B = pb.num_brokers
+    e_idx = np.flatnonzero(eligible)
+    out = cl.cap[ci, cb].copy()
+    rtb, room = _leader_room(pb, st.final, st.cap)
+    short = room[e_idx] < _room_goal(st, eligible)
+    sel = np.flatnonzero(short[cb])
+    if not len(sel) or not len(cl.ri):
+        return out
+    cap_t = np.where(pb.excluded_topic, 0, st.cap)
+    t = pb.topic_of[cl.ri].astype(np.int64)
+    uk, n_ct = np.unique(cl.cls.astype(np.int64) * len(pb.topic_names) + t, return_counts=True)
+    u_c, u_t = uk // len(pb.topic_names), uk % len(pb.topic_names)
+    for j in np.unique(cb[sel]).tolist():
+        b = int(e_idx[j])
+        add = np.minimum(n_ct, np.maximum(0, cap_t[u_t] - rtb[u_t, b]))
+        per_c = np.bincount(u_c, weights=add, minlength=len(cl.src)).astype(np.int64)
+        m = sel[cb[sel] == j]
+        out[m] = np.minimum(out[m], per_c[ci[m]])
+    del B
+    return out
+
+
+def _leader_room(pb: Problem, final: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """((T, B) replicas per topic and broker, (B,) leader room): the partitions a broker could lead within
+    the topics' caps, the sum over topics of min(replicas of the topic it holds, cap). A level leader count
+    needs every broker's room at least at the level (`_room_goal`)."""
+    B = pb.num_brokers
+    T = len(pb.topic_names)
+    valid = final >= 0
+    rtb = np.bincount((np.broadcast_to(pb.topic_of[:, None].astype(np.int64), final.shape)[valid] * B
+                       + final[valid]), minlength=T * B).reshape(T, B)
+    cap_t = np.where(pb.excluded_topic, 0, cap)
+    return rtb, np.minimum(rtb, cap_t[:, None]).sum(axis=0)
+
+
+def _room_goal(st: State, eligible: np.ndarray) -> int:
+    """The leader room a broker should keep: the level leader count (ceil), plus 2 % (at least 2)."""
+    n_lead = int(((st.final >= 0) & eligible[np.maximum(st.final, 0)]).any(axis=1).sum())
+    goal = -(-n_lead // max(1, int(eligible.sum())))
+    return goal + max(2, -(-goal // 50))
+
+
+def _costs_room(pb: Problem, st: State, eligible: np.ndarray, ri: np.ndarray, si: np.ndarray) -> np.ndarray:
+    """(M,) 0/1 per movable replica: 1 when its source is short of leader room (its room minus the replicas
+    it must shed to reach ceil(mean) is below the goal) and moving it lowers that room (its topic has no more
+    replicas on the source than the cap, counting the source's other replicas of the topic as leaving first)."""
+    if not len(ri):
+        return np.zeros(0, np.int64)
+    B = pb.num_brokers
+    rtb, room = _leader_room(pb, st.final, st.cap)
+    counts = broker_counts(st.final, B)
+    e_idx = np.flatnonzero(eligible)
+    _, hi = band(int(counts[e_idx].sum()), len(e_idx))
+    short = room - np.maximum(0, counts - hi) < _room_goal(st, eligible)
+    a = st.final[ri, si].astype(np.int64)
+    t = pb.topic_of[ri].astype(np.int64)
+    cap_t = np.where(pb.excluded_topic, 0, st.cap)
+    key = t * B + a
+    o = np.argsort(key, kind="stable")
+    rank = np.empty(len(ri), np.int64)
+    ks = key[o]
+    rank[o] = np.arange(len(ri)) - np.searchsorted(ks, ks)
+    spare = rank < rtb[t, a] - cap_t[t]
+    return (short[a] & ~spare).astype(np.int64)
+
+
+@dataclass
+class _Singles:
+    """Single-replica partitions by topic: one is led where it is, so a broker may hold at most its topic's
+    leader cap of them (less the topic's other planned leaders there). R1 moves them through one node per
+    topic: from the brokers holding them to those with room, any one for any other (racks impose nothing
+    beyond staying on a racked broker), so the per-topic caps hold exactly."""
+    topics: np.ndarray   # (U,) topic index
+    s_t: np.ndarray      # (S,) source arcs: topic position,
+    s_a: np.ndarray      # (S,) source broker position among the eligible ones,
+    s_n: np.ndarray      # (S,) how many of the topic's single replicas it holds
+    r_t: np.ndarray      # (Q,) receiving arcs: topic position,
+    r_b: np.ndarray      # (Q,) receiver position,
+    r_n: np.ndarray      # (Q,) room for the topic's leaders there
+    rows: np.ndarray     # (M,) the single-replica rows that may move, by (topic, source)
+
+
+def _singles(pb: Problem, st: State, eligible: np.ndarray) -> _Singles:
+    B = pb.num_brokers
+    e_idx = np.flatnonzero(eligible)
+    E = len(e_idx)
+    pos = np.full(B, -1, np.int64)
+    pos[e_idx] = np.arange(E)
+    mov = movable(pb, st, eligible)[:, 0] & (pb.rf == 1)
+    rows = np.flatnonzero(mov)
+    z = np.zeros(0, np.int64)
+    if not len(rows):
+        return _Singles(z, z, z, z, z, z, z, z)
+    t = pb.topic_of[rows].astype(np.int64)
+    a = pos[st.final[rows, 0]]
+    topics, tpos = unique_inverse(t)
+    key = tpos * E + a
+    order = np.lexsort((rows, key))
+    rows, key = rows[order], key[order]
+    uk, n = np.unique(key, return_counts=True)
+    U = len(topics)
+    # what the topic's leader cap must leave room for on a broker: its single replicas there (they lead
+    # where they are) and its fixed partitions' leaders; other planned leaders move aside (`_lead_again`)
+    used = np.zeros((U, E), np.int64)
+    np.add.at(used, (tpos, a), 1)
+    lead0 = st.final[:, 0]
+    fx = pb.fixed & (lead0 >= 0) & eligible[np.maximum(lead0, 0)]
+    ft = pb.topic_of[fx].astype(np.int64)
+    fp = np.searchsorted(topics, ft)
+    hit = (fp < U) & (topics[np.minimum(fp, U - 1)] == ft)
+    np.add.at(used, (fp[hit], pos[lead0[fx][hit]]), 1)
+    room = np.maximum(0, st.cap[topics][:, None] - used)
+    if pb.rack_aware and (pb.rack_of[st.final[rows, 0]] >= 0).any():
+        room[:, pb.rack_of[e_idx] < 0] = 0          # a racked single replica stays on a racked broker
+    rt, rb_ = np.nonzero(room)
+    return _Singles(topics, uk // E, uk % E, n.astype(np.int64), rt, rb_, room[rt, rb_], rows)
 
 
 def _r1(pb: Problem, st: State, eligible: np.ndarray, budget: int | None, span: int = 16, buckets: int = 1
@@ -230,10 +419,24 @@ def _r1(pb: Problem, st: State, eligible: np.ndarray, budget: int | None, span: 
     cl = _class_caps(pb, st, eligible, buckets)
     c_src, c_count, cap = cl.src, cl.count, cl.cap
     ci, cb = np.nonzero(cap)
-    extra = cl.bucket[ci]  # with size classes: a larger replica costs more to move (bytes balance)
-    lo, hi = band(int(counts.sum()), len(e_idx))
+    # with size classes a larger replica costs more to move (bytes balance); a replica that costs its source
+    # leader room one more (half a move: never a reason for an extra move)
+    extra = 2 * cl.bucket[ci] + cl.keeps[ci]
+    # a receiver short of leader room: per class, the members that would add to its room go at the plain
+    # cost, the others one more (R1 then takes a short receiver's replicas from classes with topics it lacks)
+    a_cap = cap[ci, cb]
+    first = _room_gains(pb, st, eligible, cl, ci, cb)
+    second = a_cap - first
+    t_ci = np.concatenate([ci, ci[second > 0]])
+    t_cb = np.concatenate([cb, cb[second > 0]])
+    t_cap = np.concatenate([first, second[second > 0]])
+    t_extra = np.concatenate([extra, extra[second > 0] + 1])
+    lo, hi = level_band(st, eligible)
+    sg = _singles(pb, st, eligible)
     movable = np.bincount(c_src, weights=c_count, minlength=len(e_idx)).astype(np.int64)
+    movable += np.bincount(sg.s_a, weights=sg.s_n, minlength=len(e_idx)).astype(np.int64)
     floor = np.maximum(counts - movable, 0)
+    n_single = int(sg.s_n.sum())
 
     def solve(move_cost: int, weight: int) -> tuple[np.ndarray, int]:
         nonlocal span
@@ -243,14 +446,23 @@ def _r1(pb: Problem, st: State, eligible: np.ndarray, budget: int | None, span: 
             cn = g.nodes(len(c_src))
             hub = g.node()
             g.arcs(bn[c_src], cn, c_count, 0)
-            arcs = g.arcs(cn[ci], bn[cb], cap[ci, cb], move_cost * buckets + extra)
+            arcs = g.arcs(cn[t_ci], bn[t_cb], t_cap, 2 * move_cost * buckets + t_extra)
+            tn = g.nodes(len(sg.topics))
+            s_out = g.arcs(bn[sg.s_a], tn[sg.s_t], sg.s_n, 0)
+            s_in = g.arcs(tn[sg.r_t], bn[sg.r_b], sg.r_n, 2 * move_cost * buckets + buckets - 1)
             _, _, tails, _ = level_arcs(g, bn, hub, counts, floor, lo, hi, weight, span)
             flows, _ = g.solve_min_cost("rebalance broker levels")
             if not flows[tails].any():
-                return flows[arcs], int(flows[arcs].sum())
+                fa = flows[arcs]
+                out = fa[:len(ci)].copy()
+                out[second > 0] += fa[len(ci):]
+                nonlocal single_flows
+                single_flows = (flows[s_out], flows[s_in])
+                return out, int(out.sum() + flows[s_in].sum())
             span *= 4
 
-    pf, moves = solve(1, (2 * buckets) * int(c_count.sum()) + 1)
+    single_flows = (np.zeros(len(sg.s_n), np.int64), np.zeros(len(sg.r_n), np.int64))
+    pf, moves = solve(1, (5 * buckets) * (int(c_count.sum()) + n_single) + 1)
     if budget is not None and moves > budget:
         lo_c, hi_c = 1, 4 * (int(counts.max()) - int(counts.min()) + span) + 4
         best = None
@@ -258,29 +470,44 @@ def _r1(pb: Problem, st: State, eligible: np.ndarray, budget: int | None, span: 
             mid = (lo_c + hi_c) // 2
             f2, m2 = solve(mid, 1)  # (size classes only refine ties here)
             if m2 <= budget:
-                best, hi_c = (f2, m2), mid - 1
+                best, hi_c = (f2, m2, single_flows), mid - 1
             else:
                 lo_c = mid + 1
-        pf, moves = best if best is not None else (np.zeros(len(ci), np.int64), 0)
+        if best is None:
+            single_flows = (np.zeros(len(sg.s_n), np.int64), np.zeros(len(sg.r_n), np.int64))
+            pf, moves = np.zeros(len(ci), np.int64), 0
+        else:
+            pf, moves, single_flows = best
     shed = np.zeros(B, np.int64)
     gain = np.zeros(B, np.int64)
     np.add.at(shed, e_idx[c_src[ci]], pf)
     np.add.at(gain, e_idx[cb], pf)
-    return shed, gain, moves, (cl, ci, cb, pf)
+    np.add.at(shed, e_idx[sg.s_a], single_flows[0])
+    np.add.at(gain, e_idx[sg.r_b], single_flows[1])
+    return shed, gain, moves, (cl, ci, cb, pf, sg, single_flows)
 
 
 def _count_rounds(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, budget_b: int,
-                  max_rounds: int = 6, mode: str = "count") -> int:
-    """Rounds of R1 (broker level) and its realisation (`_realize`, then `_r2` for what is left) until the
-    counts are as level as R1 finds, the budget is spent or `max_rounds` pass. Count balance: receivers take
-    replicas of topics they hold few of first (leaders can level later). Bytes balance: replicas are classed
-    by size so that R1 moves the smallest it can."""
+                  max_rounds: int = 12, mode: str = "count") -> int:
+    """Rounds of R1 (broker level) and its realisation (`_realize`, then `_r2` when a round realises nothing)
+    until R1 finds nothing that levels the counts further, the budget is spent, a round makes no progress or
+    `max_rounds` pass. Count balance: receivers take replicas of topics they hold few of first (leaders can
+    level later). Bytes balance: replicas are classed by size so that R1 moves the smallest it can.
+
+    A round ends when R1's shed and gain figures are carried out, which may take several: `_realize` fails
+    for the replicas whose partition a second move of the same round changed (racks, distinct brokers), and
+    `_r2` may put a unit elsewhere than R1 said. So the next round starts from the counts actually reached
+    (the loop once stopped as soon as every unit had moved somewhere, leaving receivers short: issue 25)."""
     buckets = SIZE_BUCKETS if mode == "bytes" and pb.sizes_known else 1
     spread_topics = mode == "count"
     rounds = 0
     factor = 4
     stuck = np.zeros(pb.num_brokers, np.int64)
     shed = np.zeros(pb.num_brokers, np.int64)
+    e_idx = np.flatnonzero(eligible)
+    lo, hi = level_band(st, eligible)
+    last = _level_cost(broker_counts(st.final, pb.num_brokers)[e_idx], lo, hi)
+    asked = 0
     for _ in range(max_rounds):
         left = budget_m - st.moves
         if left <= 0:
@@ -289,27 +516,39 @@ def _count_rounds(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, b
         shed, gain, total, plan = _r1(pb, st, eligible, budget, buckets=buckets)
         if total == 0:
             break
-        if stuck.any() or pb.num_partitions <= REPLAN_LIMIT:
+        if pb.num_partitions <= REPLAN_LIMIT or 2 * int(stuck.sum()) > asked:
             # R1 counts a planned leader's replica as movable only where its topic has room: plan leaders
             # away from the brokers R1 wants to shed (and further from those a previous round could not
             # empty), and ask R1 again: fewer moves may now reach the same levels. (On large clusters only
-            # after a round fell short: the witness flow costs seconds there and rarely matters.)
+            # when the last round realised less than half of what R1 asked: the witness flow costs seconds
+            # there, and the next round usually carries out the rest without it.)
             witness(pb, st, eligible, avoid=2 * (shed > 0) + 4 * (stuck > 0))
             shed, gain, total, plan = _r1(pb, st, eligible, budget, buckets=buckets)
             if total == 0:
                 break
         rounds += 1
+        asked = total
         placed, shed_left, gain_left = _realize(pb, st, eligible, plan, budget_b, spread_topics)
         unplaced = shed_left
-        if placed < total and shed_left.any() and gain_left.any():
-            # what R1's classes could not realise one replica at a time: the transportation flow picks them
+        if placed == 0 and shed_left.any() and gain_left.any():
+            # nothing of R1's classes could be realised one replica at a time: the transportation flow picks
             more, unplaced = _r2(pb, st, eligible, shed_left, gain_left, factor, budget_b)
             placed += more
-        if placed == total:
+            factor *= 4
+        now = _level_cost(broker_counts(st.final, pb.num_brokers)[e_idx], lo, hi)
+        if placed == total and not unplaced.any() and not gain_left.any():
             break
-        stuck += unplaced
-        factor *= 4
+        if now >= last:
+            break
+        last = now
+        stuck = unplaced
     return rounds
+
+
+def _level_cost(counts: np.ndarray, lo: int, hi: int) -> int:
+    """How far counts are from the band [lo, hi]: the units above hi and below lo, then the spread."""
+    return int(np.maximum(0, counts - hi).sum() + np.maximum(0, lo - counts).sum()) * (1 << 20) + \
+        int(counts.max() - counts.min() if len(counts) else 0)
 
 
 def _realize(pb: Problem, st: State, eligible: np.ndarray, plan: tuple, budget_b: int,
@@ -321,17 +560,20 @@ def _realize(pb: Problem, st: State, eligible: np.ndarray, plan: tuple, budget_b
     topic has room on the receiver, the byte budget allows it; with `spread_topics` (count balance) replicas of
     topics the receiver holds fewer of than the topic's leader cap go first. Returns (moves made, per broker the shed and
     gain units not realised), which the transportation flow `_r2` then tries."""
-    cl, ci, cb, pf = plan
+    cl, ci, cb, pf, sg, sflows = plan
     B = pb.num_brokers
     e_idx = np.flatnonzero(eligible)
     shed_left = np.zeros(B, np.int64)
     gain_left = np.zeros(B, np.int64)
     np.add.at(shed_left, e_idx[cl.src[ci]], pf)
     np.add.at(gain_left, e_idx[cb], pf)
+    np.add.at(shed_left, e_idx[sg.s_a], sflows[0])
+    np.add.at(gain_left, e_idx[sg.r_b], sflows[1])
+    made = _realize_singles(pb, st, e_idx, sg, sflows, budget_b, shed_left, gain_left)
     use = pf > 0
     ci, cb, pf = ci[use], cb[use], pf[use]
     if not len(ci):
-        return 0, shed_left, gain_left
+        return made, np.maximum(shed_left, 0), np.maximum(gain_left, 0)
     ri, si, cls = cl.ri, cl.si, cl.cls
     a = st.final[ri, si].astype(np.int64)
     again = is_new(pb, ri, si, a)
@@ -346,15 +588,16 @@ def _realize(pb: Problem, st: State, eligible: np.ndarray, plan: tuple, budget_b
     taken = np.zeros(len(ri), dtype=bool)
     req = required_racks(pb, eligible)
     sizes = np.maximum(pb.sizes, 0)
-    # replicas per (topic, broker): a receiver takes replicas of topics it holds fewer than the topic's leader
-    # cap of first, so that every broker ends with partitions it can lead (leaders level later)
-    T = len(pb.topic_names)
-    valid = st.final >= 0
-    rtb = np.bincount((np.broadcast_to(pb.topic_of[:, None].astype(np.int64), st.final.shape)[valid] * B
-                       + st.final[valid]), minlength=T * B).reshape(T, B)
-    made = 0
+    # a receiver takes replicas of topics it holds fewer than the topic's leader cap of first, so that every
+    # broker ends with partitions it can lead (leaders level later); a source short of leader room
+    # (`_leader_room`) gives replicas of topics it holds more than the cap of first, and a receiver short of it
+    # insists on the former
+    cap_t = np.where(pb.excluded_topic, 0, st.cap)
+    rtb, room = _leader_room(pb, st.final, st.cap)
+    goal = _room_goal(st, eligible)
     for c, j, f in zip(ci.tolist(), cb.tolist(), pf.tolist(), strict=True):
         b = int(e_idx[j])
+        a_src = int(e_idx[cl.src[c]])
         lo, hi = int(start[c]), int(start[c + 1])
         idx = lo + np.flatnonzero(~taken[lo:hi])
         r, sl = ri[idx], si[idx]
@@ -364,7 +607,12 @@ def _realize(pb: Problem, st: State, eligible: np.ndarray, plan: tuple, budget_b
         cand = idx[ok]
         t_c = pb.topic_of[ri[cand]]
         if spread_topics:
-            cand = cand[np.argsort(rtb[t_c, b] >= st.cap[t_c], kind="stable")]
+            # how short each side is: the share of the source's remaining sheds that must keep its room, the
+            # share of the receiver's remaining gains that must add to it
+            src_urg = max(0, int(shed_left[a_src]) - (int(room[a_src]) - goal)) / max(1, int(shed_left[a_src]))
+            dst_urg = max(0, goal - int(room[b])) / max(1, int(gain_left[b]))
+            key = (rtb[t_c, b] >= cap_t[t_c]) * (0.5 + dst_urg) + (rtb[t_c, a_src] <= cap_t[t_c]) * src_urg
+            cand = cand[np.argsort(key, kind="stable")]
         got = 0
         for k in cand.tolist():
             if got == f:
@@ -381,6 +629,8 @@ def _realize(pb: Problem, st: State, eligible: np.ndarray, plan: tuple, budget_b
                     continue
             apply_move(pb, st, row, slot, b)
             t = int(pb.topic_of[row])
+            room[src] -= int(rtb[t, src] <= cap_t[t])
+            room[b] += int(rtb[t, b] < cap_t[t])
             rtb[t, src] -= 1
             rtb[t, b] += 1
             taken[k] = True
@@ -389,6 +639,48 @@ def _realize(pb: Problem, st: State, eligible: np.ndarray, plan: tuple, budget_b
             got += 1
             made += 1
     return made, np.maximum(shed_left, 0), np.maximum(gain_left, 0)
+
+
+def _realize_singles(pb: Problem, st: State, e_idx: np.ndarray, sg: _Singles, sflows: tuple, budget_b: int,
+                     shed_left: np.ndarray, gain_left: np.ndarray) -> int:
+    """Carry out R1's single-replica flows: per topic, the replicas its sources give (those this plan already
+    moves first, then by row) go to the receivers it fills; a replica leads where it lands (room re-checked)."""
+    B = pb.num_brokers
+    out_f, in_f = sflows
+    if not out_f.any():
+        return 0
+    sizes = np.maximum(pb.sizes, 0)
+    made = 0
+    # members per (topic, source), in the order `_singles` sorted them
+    starts = np.concatenate([[0], np.cumsum(sg.s_n)])
+    for ti in np.unique(sg.s_t[out_f > 0]).tolist():
+        give = []
+        for k in np.flatnonzero((sg.s_t == ti) & (out_f > 0)).tolist():
+            members = sg.rows[starts[k]:starts[k + 1]]
+            a = int(e_idx[sg.s_a[k]])
+            again = ~is_new(pb, members, np.zeros(len(members), np.int64), np.full(len(members), a))
+            members = members[np.argsort(~again, kind="stable")]   # already moved by this plan first
+            give.extend(members[:int(out_f[k])].tolist())
+        want = []
+        for k in np.flatnonzero((sg.r_t == ti) & (in_f > 0)).tolist():
+            want.extend([int(e_idx[sg.r_b[k]])] * int(in_f[k]))
+        t = int(sg.topics[ti])
+        for r, b in zip(give, want, strict=False):
+            src = int(st.final[r, 0])
+            if src == b:
+                continue
+            fresh = not bool(is_new(pb, r, 0, src))     # the replica has not moved yet in this plan
+            if fresh and bool(is_new(pb, r, 0, b)) and st.bytes + int(sizes[r]) > budget_b:
+                continue
+            served = st.lead[r] >= 0
+            apply_move(pb, st, r, 0, b)   # (it leads at b: another planned leader there may have to move aside)
+            if not served:
+                st.lead[r] = b
+                st.lcount[t * B + b] = st.lcount.get(t * B + b, 0) + 1
+            shed_left[src] -= 1
+            gain_left[b] -= 1
+            made += 1
+    return made
 
 
 def _r2(pb: Problem, st: State, eligible: np.ndarray, shed: np.ndarray, gain: np.ndarray, factor: int,
@@ -466,8 +758,7 @@ def _r2(pb: Problem, st: State, eligible: np.ndarray, shed: np.ndarray, gain: np
     move_cost = np.where(again, 0, 2 + bucket).astype(np.int64)
     move_cost += pb.replicas[ri, 0] == a
     w = 128
-    e_tot = int(counts[eligible].sum())
-    lo, hi = band(e_tot, int(eligible.sum()))
+    lo, hi = level_band(st, eligible)
     span = 16 + int(gain.max())
     _, _, tails, _ = level_arcs(g, dn[d_idx], snk, base[d_idx], base[d_idx], lo, hi, w, span, lose=False)
     worst = w * int(penalty(np.array([int(base[d_idx].max()) + hi + span + 2]), lo, hi)[0]) + 200

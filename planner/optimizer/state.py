@@ -23,6 +23,17 @@ class State:
     cap: np.ndarray       # (T,) per-topic planned-leader cap
     moves: int = 0
     bytes: int = 0
+    band: tuple[int, int] | None = None   # the counts a rebalance levels to (None: floor / ceil of the mean)
+
+
+def level_band(st: State, eligible: np.ndarray) -> tuple[int, int]:
+    """The band of replica counts the levelling aims at: `st.band` when set (the best the racks allow, when
+    that is wider than the mean's floor and ceil), else floor and ceil of the mean over the eligible brokers."""
+    if st.band is not None:
+        return st.band
+    n = int(eligible.sum())
+    total = int(broker_counts(st.final, len(eligible))[eligible].sum())
+    return (total // n, -(-total // n)) if n else (0, 0)
 
 
 def member_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -10,6 +10,8 @@ target within the cap, so the final leader flow can always reach it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from planner.optimizer.checks import popcount, required_racks
@@ -69,20 +71,31 @@ def witness(pb: Problem, st: State, eligible: np.ndarray, avoid: np.ndarray | No
         st.lcount[k] = st.lcount.get(k, 0) + 1
 
 
+def leader_cap0(pb: Problem, eligible: np.ndarray) -> np.ndarray:
+    """(T,) each topic's leader cap before any is raised: ceil(partitions / eligible brokers), none for an
+    excluded topic."""
+    n_e = max(1, int(eligible.sum()))
+    cap = -(-np.bincount(pb.topic_of, minlength=len(pb.topic_names)) // n_e)
+    cap[pb.excluded_topic] = BIG_CAP
+    return cap
+
+
 def leader_caps(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, budget_b: int,
-                unreached: list[str]) -> tuple[int, list[str], int]:
+                unreached: list[str], shed: np.ndarray | None = None, gain: np.ndarray | None = None
+                ) -> tuple[int, list[str], int, np.ndarray]:
     """Per topic cap ceil(partitions / brokers); partitions that no leader assignment can serve get one
     replica moved (`repair`); a topic where even that fails gets its cap raised by one, and so on. A topic
     whose repair the move or byte budget stops keeps its cap but not its witness: it is named in `unreached`
-    and returned. Returns (moves made, topics the budget stopped, deficiency): the deficiency is a lower bound
+    and returned. Returns (moves made, topics the budget stopped, deficiency, the topics with a deficiency):
+    the deficiency is a lower bound
     on the moves any plan needs for the caps: the partitions the first (maximum) witness leaves unserved in
     the topics whose cap stayed put, since a replica move adds one partition-broker pair and so serves at most
-    one more partition."""
+    one more partition. `shed` / `gain` (per broker, what the level plan takes off and puts on each broker)
+    steer the repair moves to those that level the counts anyway (`_repair_direct`)."""
     T = len(pb.topic_names)
-    n_e = max(1, int(eligible.sum()))
+    budgets = (shed.copy(), gain.copy()) if shed is not None and gain is not None else None
     n_t = np.bincount(pb.topic_of, minlength=T)
-    st.cap = -(-n_t // n_e)
-    st.cap[pb.excluded_topic] = BIG_CAP
+    st.cap = leader_cap0(pb, eligible)
     made = 0
     stopped = np.zeros(T, dtype=bool)
     cap0 = st.cap.copy()
@@ -96,7 +109,7 @@ def leader_caps(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, bud
             first = rows
         if not len(rows):
             break
-        done, by_budget, unserved = repair(pb, st, eligible, rows, budget_m, budget_b)
+        done, by_budget, unserved = repair(pb, st, eligible, rows, budget_m, budget_b, budgets=budgets)
         made += done
         stopped[pb.topic_of[np.asarray(by_budget, dtype=np.int64)]] = True
         if len(unserved):
@@ -109,11 +122,13 @@ def leader_caps(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, bud
         unreached.append(f"{len(names)} topics keep more preferred leaders on a broker than ceil(partitions / "
                          f"brokers): the move budget ran out before the replica moves that spread them ({shown})")
     deficiency = 0 if first is None else int((st.cap[pb.topic_of[first]] == cap0[pb.topic_of[first]]).sum())
-    return made, names, deficiency
+    topics = np.unique(pb.topic_of[first]) if first is not None else np.zeros(0, np.int64)
+    return made, names, deficiency, topics
 
 
 def repair(pb: Problem, st: State, eligible: np.ndarray, rows: np.ndarray, budget_m: int, budget_b: int,
-           max_arcs: int = 4_000_000) -> tuple[int, list[int], list[int]]:
+           max_arcs: int = 4_000_000, budgets: tuple[np.ndarray, np.ndarray] | None = None
+           ) -> tuple[int, list[int], list[int]]:
     """Serve `rows`, the partitions a maximum witness left without a planned leader within their topic's cap,
     with the fewest replica moves: a moved replica leads. Returns (moves made, rows not served).
 
@@ -132,7 +147,24 @@ def repair(pb: Problem, st: State, eligible: np.ndarray, rows: np.ndarray, budge
     # Each unserved partition moves one replica to a broker where its topic has room and leads from there:
     # the fewest moves (a maximum witness leaves exactly these partitions unserved, and one move serves at most
     # one more). Topics where some partition has no such move are solved by a flow over the whole topic.
-    made, failed, hard = _repair_direct(pb, st, eligible, e_idx, req, bits, rows, budget_m, budget_b)
+    if budgets is not None:
+        # which partitions move: those whose moves level the counts anyway, as far as the caps allow; a few
+        # topics at a time, each chunk's moves made before the next is chosen (the budgets they use up count)
+        made, failed, hard_l = 0, [], []
+        counts = broker_counts(st.final, pb.num_brokers)
+
+        def realize(movers: np.ndarray) -> None:
+            nonlocal made
+            m, f_, h_ = _repair_direct(pb, st, eligible, e_idx, req, bits, movers, budget_m, budget_b, budgets,
+                                       counts=counts)
+            made += m
+            failed.extend(f_)
+            hard_l.append(h_)
+
+        choose_movers(pb, st, eligible, np.unique(pb.topic_of[rows]), budgets, realize=realize)
+        hard = np.concatenate(hard_l) if hard_l else np.zeros(0, np.int64)
+    else:
+        made, failed, hard = _repair_direct(pb, st, eligible, e_idx, req, bits, rows, budget_m, budget_b, budgets)
     topics = np.unique(pb.topic_of[hard]) if len(hard) else np.zeros(0, np.int64)
     t_start = np.searchsorted(pb.topic_of, topics)
     t_end = np.searchsorted(pb.topic_of, topics, side="right")
@@ -152,17 +184,100 @@ def repair(pb: Problem, st: State, eligible: np.ndarray, rows: np.ndarray, budge
     return made, failed, unserved
 
 
-def _repair_direct(pb: Problem, st: State, eligible: np.ndarray, e_idx: np.ndarray, req: np.ndarray,
-                   bits: np.ndarray, rows: np.ndarray, budget_m: int, budget_b: int
-                   ) -> tuple[int, list[int], np.ndarray]:
-    """One move per unserved row, in row order: among the (slot, receiver) pairs that keep the row's racks and
-    where its topic has room under the cap, a move that helps levelling (from a broker above the level, to one
-    below) first, then to the emptiest receiver from the fullest source. Returns (moves made, rows refused by
-    the budget, rows with no such move: left for the flow)."""
+def choose_movers(pb: Problem, st: State, eligible: np.ndarray, topics: np.ndarray,
+                  budgets: tuple[np.ndarray, np.ndarray], chunk_arcs: int = 5_000,
+                  realize: Callable[[np.ndarray], None] | None = None) -> np.ndarray:
+    """Which partitions of `topics` move a replica so that every partition has a leader within its topic's
+    cap: among the many maximum witnesses, the one whose unserved partitions can move where the level plan
+    (`budgets`: what it still sheds from and adds to each broker) moves replicas anyway.
+
+    Per topic one min-cost flow (a few topics per flow, they share nothing; bounds.py's flow with the level
+    plan in place of today's counts): a partition is led by a broker holding it (free) or moves a replica (1,
+    +1 when no broker holding it sheds, +1 when the receiver does not fill: the moves that need another one to
+    undo their effect on the level), at most the cap per broker, fixed partitions' leaders counted. Sets the
+    planned leader of every partition the flow serves without a move, clears it on the movers, and returns
+    the movers: `_repair_direct` then picks each one's replica and receiver with the budgets as they are used
+    up (the flow sees neither the budgets' sizes nor racks and distinct brokers on the receiving side). With
+    `realize`, each chunk's movers are handed to it before the next chunk's flow (which then sees the budgets
+    they used up)."""
+    shed, gain = budgets
     B = pb.num_brokers
+    e_idx = np.flatnonzero(eligible)
     E = len(e_idx)
-    F = st.final[rows]
+    R = st.final.shape[1]
+    starts = np.searchsorted(pb.topic_of, topics)
+    ends = np.searchsorted(pb.topic_of, topics, side="right")
+    size = (ends - starts) * (R + 2) + 2 * E
+    movers: list[np.ndarray] = []
+    k = 0
+    while k < len(topics):
+        j = k + 1
+        while j < len(topics) and size[k:j + 1].sum() <= chunk_arcs:
+            j += 1
+        nt = j - k
+        lens = ends[k:j] - starts[k:j]
+        rows = np.concatenate([np.arange(a, b) for a, b in zip(starts[k:j].tolist(), ends[k:j].tolist(),
+                                                                  strict=True)])
+        tpos = np.repeat(np.arange(nt), lens)
+        f = st.final[rows]
+        on = (f >= 0) & eligible[np.maximum(f, 0)]
+        fixed = pb.fixed[rows]
+        lead0 = f[:, 0]
+        fx = fixed & (lead0 >= 0) & eligible[np.maximum(lead0, 0)]
+        used = np.zeros((nt, B), np.int64)
+        np.add.at(used, (tpos[fx], lead0[fx]), 1)
+        live = ~fixed & on.any(axis=1)
+        rows, tpos, f, on = rows[live], tpos[live], f[live], on[live]
+        n = len(rows)
+        caps = np.maximum(0, st.cap[topics[k:j]][:, None] - used).reshape(-1)
+        k = j
+        if not n:
+            continue
+        g = FlowGraph()
+        snk = g.node()
+        pn = g.nodes(n)
+        mv = g.nodes(2 * nt)                           # per topic: movers from a shedding broker, the others
+        tb = g.nodes(nt * B)
+        g.set_supply(pn, 1)
+        g.set_supply(snk, -n)
+        ii, jj = np.nonzero(on)
+        keep = g.arcs(pn[ii], tb[tpos[ii] * B + f[ii, jj]], 1, 0)
+        useful = (on & (shed[np.maximum(f, 0)] > 0)).any(axis=1)
+        to_mv = g.arcs(pn, mv[2 * tpos + (~useful)], 1, 1 + (~useful))
+        mt = np.repeat(np.arange(2 * nt), E)
+        mb = np.tile(e_idx, 2 * nt)
+        g.arcs(mv[mt], tb[(mt // 2) * B + mb], n, (gain[mb] <= 0).astype(np.int64))
+        g.arcs(tb, snk, caps, 0)
+        none = g.arcs(pn, snk, 1, 4 * n + 4)          # no leader within the cap at all (the next round)
+        flows, _ = g.solve_min_cost("leader-cap movers")
+        kept = flows[keep] > 0
+        old = st.lead[rows].copy()
+        st.lead[rows] = -1
+        st.lead[rows[ii[kept]]] = f[ii[kept], jj[kept]]
+        _relead(pb, st, rows, old)
+        chosen = rows[(flows[to_mv] > 0) | (flows[none] > 0)]
+        if realize is not None:
+            realize(chosen)
+        else:
+            movers.append(chosen)
+    return np.concatenate(movers) if movers else np.zeros(0, np.int64)
+
+
+def _relead(pb: Problem, st: State, rows: np.ndarray, old: np.ndarray) -> None:
+    """st.lcount after the planned leaders of `rows` changed from `old` to st.lead[rows]."""
+    B = pb.num_brokers
+    t = pb.topic_of[rows].astype(np.int64)
+    for keys, d in (((t * B + old)[old >= 0], -1), ((t * B + st.lead[rows])[st.lead[rows] >= 0], 1)):
+        k, c = np.unique(keys, return_counts=True)
+        for key, n in zip(k.tolist(), c.tolist(), strict=True):
+            st.lcount[key] = st.lcount.get(key, 0) + d * n
+
+
+def _move_options(pb: Problem, F: np.ndarray, eligible: np.ndarray, e_idx: np.ndarray, req: np.ndarray,
+                  bits: np.ndarray) -> np.ndarray:
+    """(n, R, E) bool: replica slot s of row i may move to eligible broker j (racks kept, j not holding it)."""
     n, R = F.shape
+    E = len(e_idx)
     ES = (F >= 0) & eligible[np.maximum(F, 0)]
     holds = (F[:, :, None] == e_idx[None, None, :]).any(axis=1)   # (n, E)
     if pb.rack_aware:
@@ -170,42 +285,103 @@ def _repair_direct(pb: Problem, st: State, eligible: np.ndarray, e_idx: np.ndarr
         s_ar = np.arange(R)
         others[:, s_ar, s_ar] = -1
         om = rack_masks(others.reshape(-1, R), bits).reshape(n, R)
-        ok = popcount((om[:, :, None] | bits[e_idx][None, None, :]).reshape(-1)).reshape(n, R, E) \
-            >= req[rows][:, None, None]
+        ok = popcount((om[:, :, None] | bits[e_idx][None, None, :]).reshape(-1)).reshape(n, R, E) >= req[:, None, None]
     else:
         ok = np.ones((n, R, E), dtype=bool)
-    ok &= ES[:, :, None] & ~holds[:, None, :]
-    counts = broker_counts(st.final, B)
+    return ok & ES[:, :, None] & ~holds[:, None, :]
+
+
+def _best_move(ok_i: np.ndarray, row: np.ndarray, room: np.ndarray, counts: np.ndarray, e_idx: np.ndarray,
+               budgets: tuple[np.ndarray, np.ndarray] | None) -> tuple[int, int, int] | None:
+    """(usefulness 0..2, slot, receiver position) of the best move of one row: usefulness counts a source the
+    level plan still sheds and a receiver it still fills; ties go from the fullest source to the emptiest
+    receiver. None when the row has no move to a broker with room."""
+    E = len(e_idx)
+    src_b = np.maximum(row, 0)
+    shed_ok = (budgets[0][src_b] > 0) if budgets is not None else np.zeros(len(row), bool)
+    score = np.where(ok_i, (shed_ok * (1 << 30) + counts[src_b])[:, None], -1)   # (R, E)
+    sl = np.argmax(score, axis=0)
+    best = score[sl, np.arange(E)]
+    cand = np.flatnonzero((best >= 0) & (room > 0))
+    if not len(cand):
+        return None
+    src_use = best[cand] >= (1 << 30)
+    dst_use = (budgets[1][e_idx[cand]] > 0) if budgets is not None else np.zeros(len(cand), bool)
+    useful = src_use.astype(np.int64) + dst_use
+    rc = counts[e_idx[cand]]
+    k = int(np.lexsort((cand, rc - (best[cand] % (1 << 30)), -useful))[0])
+    return int(useful[k]), int(sl[cand[k]]), int(cand[k])
+
+
+def _repair_direct(pb: Problem, st: State, eligible: np.ndarray, e_idx: np.ndarray, req: np.ndarray,
+                   bits: np.ndarray, rows: np.ndarray, budget_m: int, budget_b: int,
+                   budgets: tuple[np.ndarray, np.ndarray] | None = None, max_swap: int = 48,
+                   counts: np.ndarray | None = None) -> tuple[int, list[int], np.ndarray]:
+    """One move per unserved row, in row order, to a broker where its topic has room under the cap.
+
+    With `budgets` (what the level plan sheds from and adds to each broker, used up as moves are made): a
+    move from a broker still to shed to one still to fill levels the counts anyway, any other move needs
+    another to undo it. When the row's own best move is not such a move, a partition of the same topic led
+    from one of the row's brokers may be: the row takes over its leadership there, and that partition moves
+    instead (one alternating step, up to `max_swap` partitions tried). Without budgets: from a broker above
+    the level to one below first. Ties: to the emptiest receiver from the fullest source. Returns (moves
+    made, rows refused by the budget, rows with no such move: left for the flow). `counts` (per broker, kept
+    up to date here) saves recounting when the caller calls this chunk by chunk."""
+    B = pb.num_brokers
+    E = len(e_idx)
+    F = st.final[rows]
+    ok = _move_options(pb, F, eligible, e_idx, req[rows], bits)
+    if counts is None:
+        counts = broker_counts(st.final, B)
     lo, hi = band(int(counts[e_idx].sum()), E)
+    if budgets is None:  # levelling brokers: above the level and below it
+        budgets = (np.maximum(0, counts - hi), np.maximum(0, lo - counts))
     made = 0
     failed: list[int] = []
     hard: list[int] = []
     sizes = np.maximum(pb.sizes, 0)
+    fixed = pb.fixed
+    t_room = -1
+    room = np.zeros(E, np.int64)
     for i, r in enumerate(rows.tolist()):
         t = int(pb.topic_of[r])
-        room = st.cap[t] - np.array([st.lcount.get(t * B + int(b), 0) for b in e_idx.tolist()])
-        src_c = np.where(ok[i], counts[np.maximum(F[i], 0)][:, None], -1)   # (R, E)
-        sl = np.argmax(src_c, axis=0)
-        best = src_c[sl, np.arange(E)]
-        cand = np.flatnonzero((best >= 0) & (room > 0))
-        if not len(cand):
+        if t != t_room:   # the topic's room per broker (kept up to date below while its rows last)
+            room = st.cap[t] - np.array([st.lcount.get(t * B + int(b), 0) for b in e_idx.tolist()])
+            t_room = t
+        own = _best_move(ok[i], st.final[r], room, counts, e_idx, budgets)
+        if own is None:
             hard.append(r)
             continue
-        if st.moves + 1 > budget_m or st.bytes + int(sizes[r]) > budget_b:
+        mover, use, slot, j = r, own[0], own[1], own[2]
+        if use < 2:
+            # a partition of the topic led from one of this row's brokers, with a better move
+            mine = st.final[r][(st.final[r] >= 0) & eligible[np.maximum(st.final[r], 0)]]
+            seg = np.arange(np.searchsorted(pb.topic_of, t), np.searchsorted(pb.topic_of, t, side="right"))
+            q = seg[np.isin(st.lead[seg], mine) & ~fixed[seg] & (seg != r)][:max_swap]
+            if len(q):
+                okq = _move_options(pb, st.final[q], eligible, e_idx, req[q], bits)
+                for qi, qr in enumerate(q.tolist()):
+                    alt = _best_move(okq[qi], st.final[qr], room, counts, e_idx, budgets)
+                    if alt is not None and alt[0] > use:
+                        mover, use, slot, j = qr, alt[0], alt[1], alt[2]
+                        if use == 2:
+                            break
+        if st.moves + 1 > budget_m or st.bytes + int(sizes[mover]) > budget_b:
             failed.append(r)
             continue
-        src = best[cand]
-        rc = counts[e_idx[cand]]
-        useful = (src > hi).astype(np.int64) + (rc < lo)
-        pick = cand[np.lexsort((cand, rc - src, -useful))[0]]
-        b = int(e_idx[pick])
-        slot = int(sl[pick])
-        a = int(st.final[r, slot])
-        apply_move(pb, st, r, slot, b)
+        b = int(e_idx[j])
+        a = int(st.final[mover, slot])
+        if mover != r:  # r takes over the leadership the mover had, the mover leads from its new broker
+            st.lead[r] = st.lead[mover]   # (the count of leaders at that broker stays)
+            st.lead[mover] = -1
+        apply_move(pb, st, mover, slot, b)
+        budgets[0][a] -= 1
+        budgets[1][b] -= 1
         counts[a] -= 1
         counts[b] += 1
-        st.lead[r] = b
+        st.lead[mover] = b
         st.lcount[t * B + b] = st.lcount.get(t * B + b, 0) + 1
+        room[j] -= 1
         made += 1
     return made, failed, np.array(hard, dtype=np.int64)
 
