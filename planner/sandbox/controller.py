@@ -39,7 +39,7 @@ from planner.errors import CodecError
 from planner.sandbox import election
 from planner.sandbox.model import NEW, OFFLINE, ONLINE, Assignment, Part, reassign_to
 from planner.sandbox.settings import Timing
-from planner.sandbox.zkio import ControllerMoved, Op, commit_fenced, multi_read
+from planner.sandbox.zkio import ControllerMoved, Op, UntilConnected, commit_fenced, multi_read
 
 log = logging.getLogger("planner.sandbox.controller")
 
@@ -73,7 +73,7 @@ class BrokerNotAvailable(Exception):
 class Controller:
     def __init__(self, broker_id: int, client: KazooClient, epoch: int, epoch_zk_version: int, host: Host):
         self.broker_id = broker_id
-        self.client = client
+        self.client: Any = UntilConnected(client)   # a request lost with the connection is sent again (zkio)
         self.epoch = epoch
         self.epoch_zk_version = epoch_zk_version
         self.host = host

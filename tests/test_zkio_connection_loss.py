@@ -1,0 +1,85 @@
+"""The emulated controller's ZooKeeper requests survive a connection lost while they are in flight, as Kafka's
+controller's do (KafkaZkClient.retryRequestsUntilConnected). Seen in test_apply_zk_dead: ZooKeeper killed while
+the controller wrote a submitted reassignment; the write failed with ConnectionLoss, the event that made it was
+dropped, and once ZooKeeper was back the reassignment was never carried out (cancel then timed out).
+
+Made deterministic with a ZooKeeper of the test's own: SIGSTOP, so the request is sent and stays unanswered
+(kazoo's pending queue holds it); SIGKILL, so the connection drops with the request in flight (kazoo fails it
+with ConnectionLoss); then the same server again, same port and data, within the session's timeout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.client import KazooClient
+from waiting import poll
+
+from planner import codec
+from planner.sandbox.zkio import Op, UntilConnected, commit_fenced
+from planner.zkserver import ZooKeeperServer
+
+
+def _lost_in_flight(tmp_path, request: Callable[[KazooClient], Any]) -> tuple[dict[str, Any], KazooClient]:
+    """Run request(client) while ZooKeeper is frozen, kill ZooKeeper with it in flight, start it again."""
+    server = ZooKeeperServer(tmp_path / "zk", heap_mb=128).start()
+    back = None
+    client = KazooClient(hosts=server.connect_string, timeout=30)   # the session outlives the restart
+    client.start(15)
+    try:
+        client.create(codec.CONTROLLER_EPOCH, b"1")
+        client.create("/t", b"before")
+        os.kill(server.pid, signal.SIGSTOP)
+        ended: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                ended["result"] = request(client)
+            except Exception as e:   # noqa: BLE001 - what the request ended with is the test's subject
+                ended["error"] = e
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        poll(lambda: len(client._pending) == 1, timeout=20, what="the request sent and unanswered")
+        os.kill(server.pid, signal.SIGKILL)
+        server.process.wait(10)
+        poll(lambda: not client.connected, timeout=10, what="the connection dropped")
+        back = ZooKeeperServer(tmp_path / "zk", port=server.port, heap_mb=128).start()
+        t.join(60)
+        assert not t.is_alive(), "the request never ended"
+        return ended, client
+    finally:
+        if back is None:
+            client.stop()
+            client.close()
+        client._test_servers = (server, back)   # stopped by the caller, after its own reads
+
+
+def _stop(client: KazooClient) -> None:
+    for s in client._test_servers:
+        if s is not None and s.process is not None and s.process.poll() is None:
+            s.stop()
+    client.stop()
+    client.close()
+
+
+def test_a_fenced_write_in_flight_when_zookeeper_dies_is_sent_again_once_it_is_back(tmp_path):
+    # /controller_epoch was just created: its version is 0
+    ended, client = _lost_in_flight(tmp_path, lambda c: commit_fenced(c, [Op("set", "/t", b"after")], 0))
+    try:
+        assert "error" not in ended, repr(ended.get("error"))
+        assert len(ended["result"]) == 1 and ended["result"][0].version == 1
+        assert client.get("/t")[0] == b"after"
+    finally:
+        _stop(client)
+
+
+def test_a_read_in_flight_when_zookeeper_dies_is_sent_again_once_it_is_back(tmp_path):
+    ended, client = _lost_in_flight(tmp_path, lambda c: UntilConnected(c).get("/t")[0])
+    try:
+        assert ended == {"result": b"before"}, repr(ended)
+    finally:
+        _stop(client)
