@@ -50,8 +50,9 @@ class Rig:
         return self.server.port
 
     def kill_zookeeper_mid_batch(self) -> float:
-        """Once batch 1 is in flight and the controller has acted on it (adding replicas in the topic's znode:
-        a ZooKeeper killed while the emulated controller writes loses that write, see the report): SIGKILL."""
+        """Once batch 1 is in flight and the controller has acted on it (adding replicas in the topic's znode),
+        SIGKILL: the point the test is about is fixed. (A kill while the controller writes is its own test:
+        test_zkio_connection_loss.py.)"""
         zk = zkmod.connect(self.sb.connect_string)
         try:
             check = Checker(zk)
