@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -21,6 +22,18 @@ from waiting import poll
 from planner import codec
 from planner.sandbox.zkio import Op, UntilConnected, commit_fenced
 from planner.zkserver import ZooKeeperServer
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """SIGSTOP is delivered to each thread as it next runs: until every one shows state T, a request could still
+    be answered (seen under load: the request never stayed unanswered)."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        except (OSError, IndexError):
+            continue
+    return bool(states) and all(x == "T" for x in states)
 
 
 def _lost_in_flight(tmp_path, request: Callable[[KazooClient], Any]) -> tuple[dict[str, Any], KazooClient]:
@@ -33,6 +46,7 @@ def _lost_in_flight(tmp_path, request: Callable[[KazooClient], Any]) -> tuple[di
         client.create(codec.CONTROLLER_EPOCH, b"1")
         client.create("/t", b"before")
         os.kill(server.pid, signal.SIGSTOP)
+        poll(lambda: _all_threads_stopped(server.pid), timeout=20, what="every thread of ZooKeeper's JVM stopped")
         ended: dict[str, Any] = {}
 
         def run() -> None:
