@@ -70,7 +70,6 @@ with DAG(
         "reason": Param(None, type=["null", "string"], title="Reason",
                         description="Why the brokers are drained (an OS patch, a disk swap, a ticket): recorded "
                         "with their maintenance state, shown by kplan brokers and in every plan's review"),
-        "require_approval": Param(True, type="boolean", title="Require approval"),
         "verify_timeout": Param(1800, type="integer", minimum=1, title="Verify timeout (s)"),
         "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
         "sizes_from": Param("brokers", enum=["brokers", "none"], title="Sizes from",
@@ -98,8 +97,7 @@ with DAG(
     risk_after = RiskOperator(task_id="risk_after", drains="{{ params.brokers }}",
                               mode="{{ params.shutdown_mode }}", after_plan=True,
                               zk_conn_id="{{ params.zk_conn_id }}", **READ_ONLY)   # the cluster read again
-    publish = PublishOperator(task_id="publish", require_approval="{{ params.require_approval }}",
-                              throttle="{{ params.throttle }}", no_throttle="{{ params.no_throttle }}")
+    publish = PublishOperator(task_id="publish", throttle="{{ params.throttle }}", no_throttle="{{ params.no_throttle }}")
     approve = PlanApprovalOperator(
         task_id="approve",
         subject="{{ ti.xcom_pull(task_ids='publish')['subject'] }}",

@@ -52,7 +52,6 @@ with DAG(
         "max_concurrent_per_broker": Param(5, type="integer", minimum=1, maximum=1000,
                                            title="Max concurrent moves per broker"),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),
-        "require_approval": Param(True, type="boolean", title="Require approval"),
         "verify_timeout": Param(1800, type="integer", minimum=1, title="Verify timeout (s)"),
         "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
         "sizes": Param(None, type=["null", "string"], title="Partition sizes file"),
@@ -66,7 +65,7 @@ with DAG(
                               sizes="{{ params.sizes }}", max_disk_usage="{{ params.max_disk_usage }}", **READ_ONLY)
     risk_after = RiskOperator(task_id="risk_after", all_brokers=True, mode="controlled", after_plan=True,
                               **READ_ONLY)
-    publish = PublishOperator(task_id="publish", require_approval="{{ params.require_approval }}")
+    publish = PublishOperator(task_id="publish")
     approve = PlanApprovalOperator(
         task_id="approve",
         subject="{{ ti.xcom_pull(task_ids='publish')['subject'] }}",

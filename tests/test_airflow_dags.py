@@ -41,6 +41,15 @@ def run_folder(dr):
     return runs.run_folder(dr.dag_id, dr.run_id)
 
 
+def run_note(dr) -> str | None:
+    """The DAG run's note as stored in Airflow's database (what the UI shows)."""
+    from airflow.models import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return session.query(DagRun).filter(DagRun.dag_id == dr.dag_id, DagRun.run_id == dr.run_id).one().note
+
+
 def test_dagbag_imports_both_dags_without_errors_or_heavy_imports():
     code = """
 import json, sys, time
@@ -203,12 +212,17 @@ def test_rejected_approval_applies_nothing(env):
     assert [s["name"] for s in risk["scenarios"]] == ["drain 2 [controlled]"]
     st = af.states(dr)
     assert approver.answered == "Reject"
-    assert st["approve"] == "success" and st["apply"] == st["verify"] == st["report"] == "skipped", st
+    # a rejected run reads as rejected, not as a green success: the approval fails saying who rejected it
+    assert "failed" in str(dr.state) and st["approve"] == "failed", st
+    assert st["apply"] == st["verify"] == st["report"] == "upstream_failed", st
     assert af.assignment(env["zk"]) == start
     assert not af.znode_exists(env["zk"], "/admin/reassign_partitions")
     folder = run_folder(dr)
     assert not folder.apply.exists()
-    assert json.loads((folder.root / runs.REVIEW).read_text())["status"] == "rejected"
+    review = json.loads((folder.root / runs.REVIEW).read_text())
+    assert review["status"] == "rejected" and review["rejected_by"] == af.local.USER
+    assert review["error"].startswith(f"Rejected by {af.local.USER}: plan {review['plan_id'][7:19]} was not applied")
+    assert run_note(dr) == review["error"]
     assert not (folder.root / "report.json").exists()
 
 
@@ -223,6 +237,12 @@ def test_unknown_broker_fails_the_run_early_and_applies_nothing(env):
     folder = run_folder(dr)
     assert not folder.plan.exists() and not folder.risk.exists()
     assert af.assignment(env["zk"]) == start
+    # the planner's one-line message where operators look: the run's note and the review record (plan pages)
+    msg = "unknown broker id(s) [42]"
+    review = json.loads((folder.root / runs.REVIEW).read_text())
+    assert (review["status"], review["failed_task"]) == ("failed at risk", "risk")
+    assert review["error"].startswith(msg) and "Traceback" not in review["error"]
+    assert run_note(dr).startswith(f"Failed at risk: {msg}")
 
 
 def test_nightly_rebalance_end_to_end(env, drain_run):
@@ -329,6 +349,64 @@ def test_nightly_rebalance_skips_while_a_reassignment_is_in_flight(env, zk_clien
     assert zk_client.exists("/admin/reassign_partitions"), "the foreign reassignment must be left alone"
 
 
+def test_a_plan_the_cluster_no_longer_matches_is_refused_with_its_reason(env):
+    """While the plan waits for approval, someone reorders one of its partitions' replicas: apply refuses the
+    stale plan (nothing submitted) and the refusal's reason is what the run's note and the plan page say."""
+    from kazoo.client import KazooClient
+
+    changed: dict = {}
+
+    def reorder_then_approve(detail: dict) -> str:
+        ti = detail["task_instance"]
+        plan = json.loads((runs.run_folder(DRAIN, ti["dag_run_id"]).plan / "plan.json").read_text())
+        move = next(m for m in plan["moves"] if len(m["from"]) > 1)
+        zk = KazooClient(hosts=env["zk"])
+        zk.start(timeout=15)
+        try:
+            path = f"/brokers/topics/{move['topic']}"
+            raw, stat = zk.get(path)
+            doc = json.loads(raw)
+            old = doc["partitions"][str(move["partition"])]
+            doc["partitions"][str(move["partition"])] = old[1:] + old[:1]
+            zk.set(path, json.dumps(doc).encode(), version=stat.version)
+            changed.update(path=path, partition=str(move["partition"]), old=old)
+        finally:
+            zk.stop()
+            zk.close()
+        env["sandbox"].wait_settled(60)
+        return "Approve"
+
+    start = af.assignment(env["zk"])
+    try:
+        dr, approver = af.run_dag(DRAIN, {"brokers": [5], "throttle": THROTTLE, "sizes": env["sizes"]},
+                                  decide=reorder_then_approve, mark_success="risk|risk_after")
+        st = af.states(dr)
+        assert approver.answered == "Approve" and st["apply"] == "failed", st
+        folder = run_folder(dr)
+        review = json.loads((folder.root / runs.REVIEW).read_text())
+        assert review["status"] == "apply refused", review
+        assert review["error"].startswith("the cluster changed since the plan was made: 1 partitions no longer "
+                                          "match"), review["error"]
+        assert run_note(dr) == f"Apply refused: {review['error']}"
+        end = af.assignment(env["zk"])
+        assert {k: v for k, v in end.items() if k != (changed["path"].rsplit("/", 1)[1], int(changed["partition"]))
+                } == {k: v for k, v in start.items() if k != (changed["path"].rsplit("/", 1)[1],
+                                                                int(changed["partition"]))}, "apply moved something"
+    finally:
+        if changed:   # put the replica order back for the tests after this one
+            zk = KazooClient(hosts=env["zk"])
+            zk.start(timeout=15)
+            try:
+                raw, stat = zk.get(changed["path"])
+                doc = json.loads(raw)
+                doc["partitions"][changed["partition"]] = changed["old"]
+                zk.set(changed["path"], json.dumps(doc).encode(), version=stat.version)
+            finally:
+                zk.stop()
+                zk.close()
+            env["sandbox"].wait_settled(60)
+
+
 def test_a_topic_created_after_the_snapshot_fails_verify_and_offers_a_follow_up_drain(env):
     """Issue 19 item 1 in Airflow: the topic appears while the plan waits for approval. Apply finishes the
     plan, verify fails naming the topic, and follow_up offers the drain of what is left as a new run of the
@@ -374,4 +452,4 @@ def test_a_topic_created_after_the_snapshot_fails_verify_and_offers_a_follow_up_
         state = str(offered.state)
         session.delete(offered)
     assert state.endswith("queued"), state   # waits for a person: the new run plans, then asks for approval
-    assert conf["brokers"] == [3] and conf["require_approval"] is True and conf["throttle"] == THROTTLE
+    assert conf["brokers"] == [3] and "require_approval" not in conf and conf["throttle"] == THROTTLE

@@ -209,3 +209,60 @@ def test_a_restart_plan_page_shows_the_roll_step_by_step(plugin):
         name = f"step-{k:03d}-broker-{b}-demote.json"
         r = c.get(f"/kafka-plans/runs/kafka_broker_restart/{run}/files/{name}")
         assert r.status_code == 200 and r.json()["version"] == 1
+
+
+def test_failures_rejections_and_refusals_read_as_such(plugin, monkeypatch):
+    """Issue 20 item 1-2: review records as the operators leave them (hand-written here; the DAG tests make
+    them for real) read as failed / rejected / refused on the plan list and the plan page, with the reason."""
+    import shutil
+
+    from kplan_airflow import listener
+
+    c, folder = plugin["api"], plugin["folder"]
+    msg = "unknown broker id(s) [99]: the snapshot has brokers 1..6"
+    failed = runs.run_folder(DAG, "manual__failed")
+    runs.update_review(failed, dag_id=DAG, run_id="manual__failed", status="failed at risk", failed_task="risk",
+                       error=msg)
+    rejected = runs.run_folder(DAG, "manual__rejected")
+    shutil.copytree(folder.plan, rejected.plan)
+    why = "Rejected by admin: plan 0123456789ab was not applied (nothing on the cluster changed)"
+    runs.update_review(rejected, dag_id=DAG, run_id="manual__rejected", status="rejected", rejected_by="admin",
+                       failed_task="approve", error=why)
+    stale = runs.run_folder(DAG, "manual__stale")
+    shutil.copytree(folder.plan, stale.plan)
+    refusal = "the cluster changed since the plan was made: 1 partitions no longer match (orders-3 ...)"
+    runs.update_review(stale, dag_id=DAG, run_id="manual__stale", status="apply refused", failed_task="apply",
+                       error=refusal)
+    rows = {r["run_key"]: r for r in c.get("/kafka-plans/api/plans").json()["plans"]}
+    assert rows["manual__failed"]["outcome"]["headline"] == f"Failed at risk: {msg}"
+    assert not rows["manual__failed"].get("error")   # not "plan.json is missing": why the run failed instead
+    assert rows["manual__rejected"]["outcome"]["bad"] and rows["manual__stale"]["outcome"]["bad"]
+    assert not rows[runs.run_key(RUN)]["outcome"]["bad"]
+    listing = c.get("/kafka-plans/").text
+    assert f"Failed at risk: {msg}" in listing and why in listing and f"Apply refused: {refusal}" in listing
+    page = c.get(f"/kafka-plans/runs/{DAG}/manual__failed").text
+    assert f"Failed at risk: {msg}" in page and "No plan was made in this run" in page
+    assert "cannot be shown" not in page
+    page = c.get(f"/kafka-plans/runs/{DAG}/manual__stale").text
+    assert f"refused: {refusal}</p>" in page and 'id="apply-outcome" class="error">' in page
+    page = c.get(f"/kafka-plans/runs/{DAG}/manual__rejected").text
+    assert why in page and "not started: rejected by admin" in page
+    # the run's note, from the same records
+    assert listener.failure_note(runs.read_json(failed.root / runs.REVIEW)) == f"Failed at risk: {msg}"
+    assert listener.failure_note(runs.read_json(rejected.root / runs.REVIEW)) == why
+    assert listener.failure_note(runs.read_json(stale.root / runs.REVIEW)) == f"Apply refused: {refusal}"
+    assert listener.failure_note({"status": "applied"}) is None
+    for r in (failed, rejected, stale):
+        shutil.rmtree(r.root)
+
+
+def test_a_pending_plan_warns_once_its_snapshot_is_older_than_the_configured_age(plugin, monkeypatch):
+    c, plan = plugin["api"], plugin["plan"]
+    url = f"/kafka-plans/runs/{DAG}/{runs.run_key(RUN)}"
+    # the snapshot was taken when the module started: seconds ago, well under an hour
+    monkeypatch.setenv("AIRFLOW__KPLAN__SNAPSHOT_MAX_AGE", "3600")
+    assert "stale-snapshot" not in c.get(url).text
+    monkeypatch.setenv("AIRFLOW__KPLAN__SNAPSHOT_MAX_AGE", "0.001")
+    html = c.get(url).text
+    assert 'id="stale-snapshot"' in html and "[kplan] snapshot_max_age" in html
+    assert plan.snapshot["taken_at"]  # the age is measured from it

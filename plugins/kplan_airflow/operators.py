@@ -45,13 +45,75 @@ def run_folder(context: Context) -> api.RunFolder:
 
 @contextmanager
 def planner_errors(step: str):
-    """PlannerError -> AirflowException (retryable) or AirflowFailException (not), with the planner's message."""
+    """PlannerError -> AirflowException (retryable) or AirflowFailException (not), with the planner's message.
+
+    The planner's message is the failure: it is raised `from None`, so the task log shows it without the
+    planner's own traceback (a PlannerError is an outcome, not a bug), and `shows_failures` puts it on the
+    plan page and, through the plugin's listener, on the DAG run's note."""
     try:
         yield
     except PlannerError as e:
         if e.retryable:
-            raise AirflowException(f"{step}: {e} (transient: the task's retries apply)") from e
-        raise AirflowFailException(f"{step}: {e}") from e
+            raise AirflowException(f"{step}: {e} (transient: the task's retries apply)") from None
+        raise AirflowFailException(str(e)) from None
+
+
+def _final_try(op: BaseOperator, context: Context) -> bool:
+    ti = context.get("ti")
+    try:
+        return int(getattr(ti, "try_number", 1)) > int(op.retries or 0)
+    except (TypeError, ValueError):
+        return True
+
+
+def record_failure(op: BaseOperator, context: Context, exc: BaseException, before: dict[str, Any]) -> None:
+    """The run's review record (plan list, plan page, run note) says which task failed and why. A status or an
+    error the task itself recorded while failing (\"apply refused\", \"rejected\") is kept."""
+    try:
+        run = run_folder(context)
+        now = runs.read_json(run.root / runs.REVIEW) or {}
+        fields: dict[str, Any] = {"failed_task": op.task_id, "dag_id": context["dag"].dag_id,
+                                  "run_id": context["run_id"], "run_key": runs.run_key(context["run_id"])}
+        if now.get("error") == before.get("error"):
+            fields["error"] = " ".join(str(exc).split()) or type(exc).__name__
+        if now.get("status") == before.get("status"):
+            fields["status"] = f"failed at {op.task_id}"
+        runs.update_review(run, **fields)
+    except Exception:  # noqa: BLE001 (the task's own failure is what matters; never mask it)
+        op.log.warning("could not record the failure in the run's review record", exc_info=True)
+
+
+def shows_failures(cls: type[T]) -> type[T]:
+    """Wrap the class's own execute / execute_complete: a failure that ends the task (a planner refusal, or the
+    last try of anything else) is recorded in the run's review record, where the plan list, the plan page and
+    the DAG run's note (plugins/kplan_airflow/listener.py) show it. Skips and deferrals pass through."""
+    import functools
+
+    for name in ("execute", "execute_complete"):
+        fn = cls.__dict__.get(name)
+        if fn is None:
+            continue
+
+        @functools.wraps(fn)
+        def wrapper(self, context, *args, __fn=fn, **kwargs):
+            try:
+                before = runs.read_json(run_folder(context).root / runs.REVIEW) or {}
+            except Exception:  # noqa: BLE001
+                before = {}
+            try:
+                return __fn(self, context, *args, **kwargs)
+            except AirflowSkipException:
+                raise
+            except AirflowFailException as e:
+                record_failure(self, context, e, before)
+                raise
+            except Exception as e:
+                if _final_try(self, context):
+                    record_failure(self, context, e, before)
+                raise
+
+        setattr(cls, name, wrapper)
+    return cls
 
 
 def call(step: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -107,6 +169,7 @@ def _log_progress(op: BaseOperator, every: float = 30.0) -> Callable[[api.Progre
     return show
 
 
+@shows_failures
 class SnapshotOperator(BaseOperator):
     """Read the cluster from ZooKeeper into <run>/snapshot, with sizes and disk capacity from the brokers
     (read-only; safe to retry). `kafka_conn_id`: a connection of the Apache Kafka provider's type (conn type
@@ -156,6 +219,7 @@ def _kafka(conn_id: str | None) -> Any:
     return call("snapshot", api.kafka_security, conn.extra_dejson)
 
 
+@shows_failures
 class RiskOperator(SparkSubmitOperator):
     """Drain risk through spark-submit (the Apache Spark provider, connection `spark_default` by default).
 
@@ -236,6 +300,7 @@ class RiskOperator(SparkSubmitOperator):
         return {"path": str(final), "level": summary["level"], "level_by_state": summary["level_by_state"]}
 
 
+@shows_failures
 class DrainPlanOperator(BaseOperator):
     """OR-Tools plan that empties `brokers` (<run>/plan). Unknown brokers or an infeasible drain fail here."""
 
@@ -274,6 +339,7 @@ class DrainPlanOperator(BaseOperator):
         return _plan_xcom(out.plan)
 
 
+@shows_failures
 class RebalancePlanOperator(BaseOperator):
     """OR-Tools rebalance within a move / bytes budget (<run>/plan)."""
 
@@ -317,6 +383,7 @@ def _disk_usage(value: Any) -> dict[str, float]:
         raise AirflowFailException(f"max_disk_usage must be a fraction in (0, 1], got {value!r}") from None
 
 
+@shows_failures
 class ReturnPlanOperator(BaseOperator):
     """The way back after a drain (<run>/plan): replicas move only onto `brokers`, drained brokers that are
     registered again; the drain's own moves reversed where the cluster still matches them (its plan found
@@ -373,11 +440,13 @@ def plan_url(dag_id: str, run_id: str) -> str | None:
     return f"{base}/kafka-plans/runs/{runs.run_key(dag_id)}/{runs.run_key(run_id)}" if base else None
 
 
+@shows_failures
 class PublishOperator(BaseOperator):
     """Publish the plan for review: review.json in the run folder (the plan list reads it) and, as XCom, the
     approval's subject and Markdown body (plan summary, risk before/after, link to the plan page).
 
-    Approval is required unless `require_approval` is false, or, when auto-approve limits are given (the
+    Approval is required unless `require_approval` is false (default: unless the deployment sets
+    `[kplan] skip_review`), or, when auto-approve limits are given (the
     nightly rebalance), the plan is within every one of them: moves, bytes, and the worst risk level on the
     plan's target. A plan with no moves skips the rest of the run: there is nothing to apply."""
 
@@ -385,7 +454,7 @@ class PublishOperator(BaseOperator):
                                       "auto_approve_max_risk", "throttle", "no_throttle")
     ui_color = "#f5e8fd"
 
-    def __init__(self, *, require_approval: Any = True, auto_approve_max_moves: Any = None,
+    def __init__(self, *, require_approval: Any = None, auto_approve_max_moves: Any = None,
                  auto_approve_max_bytes: Any = None, auto_approve_max_risk: str | None = None,
                  approval_task_id: str = "approve", throttle: Any = None, no_throttle: Any = False,
                  **kwargs: Any) -> None:
@@ -402,7 +471,9 @@ class PublishOperator(BaseOperator):
         """None when the plan may be applied without a person; else why a person must look."""
         limits = (self.auto_approve_max_moves, self.auto_approve_max_bytes, self.auto_approve_max_risk)
         if all(v in (None, "") for v in limits):
-            return "every plan of this DAG is reviewed" if _truthy(self.require_approval) else None
+            required = not runs.skip_review() if self.require_approval in (None, "", "None") else _truthy(
+                self.require_approval)
+            return "every plan of this DAG is reviewed" if required else None
         reasons = []
         moves = plan.summary.get("replica_moves") or 0
         nbytes = plan.summary.get("bytes_moved")
@@ -476,14 +547,21 @@ def _truthy(value: Any) -> bool:
     return bool(value)
 
 
+@shows_failures
 class PlanApprovalOperator(ApprovalOperator):
-    """Airflow's ApprovalOperator (Approve / Reject; Reject, or no answer within `response_timeout`, skips
-    apply and everything after it), skipped when the publish step says no review is needed."""
+    """Airflow's ApprovalOperator (Approve / Reject), skipped when the publish step says no review is needed.
+
+    Reject, or no answer within `response_timeout` (the default answer is Reject), FAILS this task, so the run
+    reads as rejected in the runs list (not a green success), with the decision and who made it as the
+    task's failure and the run's note; apply and everything after it never run. Review is skipped only when
+    the deployment says so (`[kplan] skip_review`) or a plan is within the nightly rebalance's auto-approve
+    limits; never per run."""
 
     template_fields: Sequence[str] = (*ApprovalOperator.template_fields, "require_approval")
 
     def __init__(self, *, require_approval: Any = True, **kwargs: Any) -> None:
         kwargs.setdefault("defaults", "Reject")
+        kwargs.setdefault("fail_on_reject", True)
         super().__init__(**kwargs)
         self.require_approval = require_approval
 
@@ -495,18 +573,34 @@ class PlanApprovalOperator(ApprovalOperator):
         return super().execute(context)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        chosen = (event or {}).get("chosen_options") or []
-        user = (event or {}).get("responded_by_user")
-        who = user.get("name") if isinstance(user, dict) else user
-        if "error" in (event or {}):
-            runs.update_review(run_folder(context), status="rejected (no answer in time)")
+        from airflow.providers.standard.exceptions import HITLRejectException
+
+        event = event or {}
+        chosen = event.get("chosen_options") or []
+        user = event.get("responded_by_user")
+        who = (user.get("name") or user.get("id")) if isinstance(user, dict) else user
+        plan_id = str((runs.read_json(run_folder(context).root / runs.REVIEW) or {}).get("plan_id") or "")[7:19]
+        if "error" in event or (chosen == [self.REJECT] and not who):
+            why = (f"No answer within the approval timeout: rejected by default; plan {plan_id} was not applied "
+                   "(nothing on the cluster changed)")
+            runs.update_review(run_folder(context), status="rejected (no answer in time)", error=why)
+            self.log.error("%s", why)
+            raise AirflowFailException(why)
+        approved = chosen == [self.APPROVE]
+        if not approved:
+            why = f"Rejected by {who}: plan {plan_id} was not applied (nothing on the cluster changed)"
+            runs.update_review(run_folder(context), status="rejected", rejected_by=who, error=why)
         else:
-            approved = chosen == [self.APPROVE]
-            runs.update_review(run_folder(context), status="approved" if approved else "rejected",
-                               **{"approved_by" if approved else "rejected_by": who})
-        return super().execute_complete(context, event)
+            runs.update_review(run_folder(context), status="approved", approved_by=who)
+            self.log.info("Approved by %s: plan %s goes to apply", who, plan_id)
+        try:
+            return super().execute_complete(context, event)
+        except HITLRejectException:
+            self.log.error("%s", why)
+            raise AirflowFailException(why) from None
 
 
+@shows_failures
 class ApplyOperator(BaseOperator):
     """Apply exactly the reviewed plan (planner.api.apply: lock, preflight, throttles, batches). Never retried
     by Airflow: a second apply of the same plan resumes where the first stopped, so run it again by hand
@@ -549,8 +643,9 @@ class ApplyOperator(BaseOperator):
         runs.update_review(run, status="applying")
         try:
             out = call("apply", api.apply, req, progress=_log_progress(self))
-        except BaseException:
-            runs.update_review(run, status="apply failed")
+        except BaseException as e:   # a safety refusal (a stale plan, the lock held) is not a failure of apply
+            refused = isinstance(e.__context__, SafetyRefusal)
+            runs.update_review(run, status="apply refused" if refused else "apply failed")
             raise
         if out.state == "interrupted":   # the task was killed: it stopped between batches, throttles removed
             runs.update_review(run, status="apply stopped", apply_state=out.state)
@@ -584,6 +679,7 @@ def _request(cls: type[T], fields: dict[str, Any]) -> T:
     return cls(**{k: v for k, v in fields.items() if v is not None})
 
 
+@shows_failures
 class VerifyOperator(BaseOperator):
     """Wait until the cluster matches the plan (planner.api.verify); fails, naming the stalled partitions,
     when it does not within `timeout` seconds. Read-only apart from removing the run's own throttles."""
@@ -624,6 +720,7 @@ class VerifyOperator(BaseOperator):
         return {"plan_id": out.plan_id, "converged": out.converged}
 
 
+@shows_failures
 class ReportOperator(BaseOperator):
     """Log the run's outcome (report.json from verify, the plan's figures) and close the review record."""
 
@@ -646,6 +743,7 @@ class ReportOperator(BaseOperator):
         return {"plan_id": plan.id, **{k: v for k, v in figures.items() if v is not None}}
 
 
+@shows_failures
 class IdleCheckOperator(BaseOperator):
     """Skip the rest of the run (cleanly: skipped, not failed) when the cluster is busy: a reassignment in
     flight in the run's snapshot, a run of one of `busy_dag_ids` (the drain, return and restart DAGs) queued or
@@ -692,8 +790,8 @@ FOLLOW_UP_PARAMS = ("shutdown_mode", "sweep", "leader_scope", "max_leader_change
 class FollowUpDrainOperator(TriggerDagRunOperator):
     """After verify, whatever it ended with (trigger rule all_done): when the drain's intent does not hold (its
     brokers still host partitions: a topic created after the snapshot, say), offer the follow-up drain as a new
-    plan for review: a new run of this DAG for the same brokers, with this run's parameters and approval
-    required. Skipped when the intent holds, or there is no verify report (nothing was applied)."""
+    plan for review: a new run of this DAG for the same brokers, with this run's parameters (reviewed unless the
+    deployment skips review). Skipped when the intent holds, or there is no verify report (nothing was applied)."""
 
     ui_color = "#fdf5e8"
 
@@ -711,7 +809,7 @@ class FollowUpDrainOperator(TriggerDagRunOperator):
                 "the drained brokers host and lead nothing" if intent else "no drain was verified in this run"))
         params = context.get("params") or {}
         conf = {k: params[k] for k in FOLLOW_UP_PARAMS if k in params}
-        conf.update(brokers=list(intent["brokers"]), require_approval=True)
+        conf.update(brokers=list(intent["brokers"]))
         self.trigger_dag_id = context["dag"].dag_id
         self.conf = conf
         self.trigger_run_id = f"follow_up__{context['run_id']}"

@@ -55,6 +55,26 @@ def roll_turn_poll() -> float:
         return 15.0
 
 
+def skip_review() -> bool:
+    """`[kplan] skip_review` (AIRFLOW__KPLAN__SKIP_REVIEW, default False): a deployment where every plan of the
+    drain and return DAGs is applied without a person's approval. A deployment setting, never a per-run form
+    field: whoever may trigger a run must not be able to skip its review."""
+    from airflow.sdk import conf
+
+    return conf.getboolean("kplan", "skip_review", fallback=False)
+
+
+def snapshot_max_age() -> float:
+    """`[kplan] snapshot_max_age` in seconds (AIRFLOW__KPLAN__SNAPSHOT_MAX_AGE, default 3600): a plan waiting
+    for approval whose snapshot is older says so on its page (the cluster may have moved on; apply refuses a
+    plan the cluster no longer matches)."""
+    value = _conf("snapshot_max_age")
+    try:
+        return float(value) if value else 3600.0
+    except ValueError:
+        return 3600.0
+
+
 def run_key(run_id: str) -> str:
     """A DAG run id as a folder name (`manual__2026-01-01T02:00:00+00:00` -> `manual__2026-01-01T02_00_00_00_00`)."""
     key = _UNSAFE.sub("_", run_id).strip(".")

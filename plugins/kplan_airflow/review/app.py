@@ -68,7 +68,7 @@ def create_app() -> FastAPI:
     @app.get("/", response_class=HTMLResponse, name="plans")
     def plans_page(request: Request) -> HTMLResponse:
         rows = _call(_data().list_plans, runs.runs_root())
-        return _render("plans.html", request, plans=rows, runs_root=str(runs.runs_root()))
+        return _render("plans.html", request, plans=rows)
 
     @app.get("/api/plans", name="plans_json")
     def plans_json() -> JSONResponse:

@@ -42,6 +42,33 @@ def _status(folder: api.RunFolder, review: dict[str, Any]) -> str:
     return "planned" if (folder.plan / "plan.json").is_file() else "planning"
 
 
+BAD = ("rejected", "failed", "apply refused", "apply failed", "apply stopped", "apply cancelled", "apply reverted",
+       "not converged", "drain not complete", "refused")
+
+
+def outcome(review: dict[str, Any]) -> dict[str, Any]:
+    """How the run ended, in words, for the plan list and the plan page: `bad` (rejected, refused, failed),
+    `headline` (why, in one line: the planner's message, who rejected) and `apply` (what the "Apply and
+    verify" section says when apply did not run or did not finish)."""
+    status = str(review.get("status") or "")
+    error = review.get("error")
+    task = review.get("failed_task")
+    bad = status.startswith(BAD)
+    out: dict[str, Any] = {"bad": bad, "headline": None, "apply": None}
+    if status.startswith("rejected"):
+        out["headline"] = error or ("Rejected" + (f" by {review['rejected_by']}" if review.get("rejected_by") else ""))
+        out["apply"] = "not started: " + ("rejected" + (f" by {review['rejected_by']}" if review.get("rejected_by")
+                                                        else " (no answer in time)"))
+    elif error and task in ("apply", "verify"):
+        word = "refused" if status == "apply refused" else f"{task} failed"
+        out["headline"] = f"{'Apply refused' if word == 'refused' else word.capitalize()}: {error}"
+        out["apply"] = f"{word}: {error}"
+    elif error:
+        out["headline"] = f"Failed at {task}: {error}" if task else str(error)
+        out["apply"] = f"not started: the run failed at {task}" if task else "not started"
+    return out
+
+
 def list_plans(root: Path) -> list[dict[str, Any]]:
     """Every run folder with a plan or a review record, newest first."""
     out = []
@@ -58,11 +85,12 @@ def list_plans(root: Path) -> list[dict[str, Any]]:
                 "run_id": review.get("run_id", run_dir.name), "status": _status(folder, review),
                 "risk_before": review.get("risk_before"), "risk_after": review.get("risk_after"),
                 "created": review.get("created"), "approval_task_id": review.get("approval_task_id", "approve"),
+                "outcome": outcome(review),
             }
             try:
                 plan = api.read_plan(folder.plan)
-            except PlannerError as e:
-                row.update(error=str(e), kind=review.get("kind"))
+            except PlannerError as e:   # a run that failed before its plan shows why it failed, not "no plan"
+                row.update(error=None if review.get("error") else str(e), kind=review.get("kind"))
             else:
                 row.update(kind=plan.kind, plan_id=plan.id,
                            brokers=list(plan.section("roll").get("order", ())) if plan.kind == "restart"
@@ -92,7 +120,7 @@ def _per_broker(plan: api.Plan) -> dict[str, Any]:
 def progress(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
     folder = api.RunFolder(_run_dir(root, dag_key, run_key))
     review = runs.read_json(folder.root / runs.REVIEW) or {}
-    return {"status": _status(folder, review),
+    return {"status": _status(folder, review), "outcome": outcome(review),
             "apply": runs.read_json(folder.apply / "progress.json"),
             "apply_outcome": runs.read_json(folder.apply / "outcome.json"),
             "verify": runs.read_json(folder.verify / "progress.json"),
@@ -101,7 +129,27 @@ def progress(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
             "roll_outcome": runs.read_json(folder.root / "roll" / "outcome.json")}
 
 
-def plan_page(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
+def snapshot_age_warning(snapshot: Any, review: dict[str, Any], now: float | None = None) -> str | None:
+    """For a plan waiting for approval: a warning once its snapshot is older than `[kplan] snapshot_max_age`."""
+    import time
+    from datetime import datetime
+
+    if review.get("status") != "awaiting approval":
+        return None
+    taken = (snapshot or {}).get("taken_at")
+    try:
+        at = datetime.fromisoformat(str(taken).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+    age, limit = (now if now is not None else time.time()) - at, runs.snapshot_max_age()
+    if age <= limit:
+        return None
+    return (f"The snapshot this plan was made from is {api.human_duration(age)} old (older than "
+            f"{api.human_duration(limit)}, [kplan] snapshot_max_age): the cluster may have changed since. Apply "
+            "refuses a plan the cluster no longer matches; trigger a new run for a fresh plan before approving.")
+
+
+def plan_page(root: Path, dag_key: str, run_key: str, now: float | None = None) -> dict[str, Any]:
     """Everything the plan page shows except the move rows (moves() pages through those)."""
     run_dir = _run_dir(root, dag_key, run_key)
     folder = api.RunFolder(run_dir)
@@ -109,7 +157,8 @@ def plan_page(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
     try:
         plan = api.read_plan(folder.plan)
     except PlannerError as e:
-        return {"dag_key": dag_key, "run_key": run_key, "review": review, "error": str(e)}
+        return {"dag_key": dag_key, "run_key": run_key, "review": review, "error": str(e),
+                "outcome": outcome(review), "status": _status(folder, review)}
     before = runs.read_json(folder.risk / "summary.json")
     after = runs.read_json(folder.risk_after / "summary.json")
     sizes = {(m.topic, m.partition): m.bytes for m in plan.moves}
@@ -140,6 +189,7 @@ def plan_page(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
         roll = {**rsm.figures(plan), "steps": rsm.step_rows(plan, after or before),
                 "files": [{"step": s["step"], "broker": s["broker"], "demote": s["demote"]["file"],
                            "restore": s["restore"]["file"]} for s in plan.section("roll").get("steps", ())]}
+    stale = snapshot_age_warning(plan.snapshot, review, now)
     return {
         "roll": roll,
         "dag_key": dag_key, "run_key": run_key, "review": review, "title": sm.title(plan),
@@ -150,7 +200,7 @@ def plan_page(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
         "brokers": _per_broker(plan), "batches": batches, "moves_total": len(plan.moves),
         "apply": figures_apply,
         "snapshot": dict(plan.snapshot), "parameters": json.loads(json.dumps(dict(plan.parameters), default=str)),
-        "progress": progress(root, dag_key, run_key),
+        "progress": progress(root, dag_key, run_key), "outcome": outcome(review), "stale_snapshot": stale,
     }
 
 
