@@ -7,14 +7,15 @@ verify -> report. The plan is applied without waiting for a person only when it 
 limits (moves, bytes) and its risk is at most the auto-approve level; otherwise it waits for review like a
 drain. One active run, no catch-up; apply shares the 1-slot pool and the ZooKeeper lock with the drain DAG.
 
-Schedule: `[kplan] rebalance_schedule` (AIRFLOW__KPLAN__REBALANCE_SCHEDULE), default 02:00 UTC daily.
+Schedule: `[kplan] rebalance_schedule` (AIRFLOW__KPLAN__REBALANCE_SCHEDULE), default 02:00 UTC daily. The first
+run is the next scheduled time after the DAG appears (or is unpaused), never one for a time already past.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
-from airflow.sdk import DAG, Param, conf
+from airflow.sdk import DAG, CronTriggerTimetable, Param, conf
 from kplan_airflow.operators import (
     ApplyOperator,
     IdleCheckOperator,
@@ -32,8 +33,10 @@ READ_ONLY = {"retries": 2, "retry_delay": timedelta(seconds=20)}
 with DAG(
     dag_id="kafka_nightly_rebalance",
     description="Level replicas and preferred leaders within a budget; auto-approved only when small and safe",
-    schedule=conf.get("kplan", "rebalance_schedule", fallback=None) or "0 2 * * *",
-    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    # no start_date, run_immediately=False: the first run is the next scheduled time, never the interval that
+    # has just passed (a start_date in the past plus catchup=False runs the latest one at once on unpause)
+    schedule=CronTriggerTimetable(conf.get("kplan", "rebalance_schedule", fallback=None) or "0 2 * * *",
+                                  timezone="UTC", run_immediately=False),
     catchup=False,
     max_active_runs=1,
     render_template_as_native_obj=True,

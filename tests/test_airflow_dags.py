@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from urllib.parse import quote
 
 import airflow_support as af
 import pytest
@@ -53,7 +54,22 @@ def run_note(dr) -> str | None:
 def test_dagbag_imports_both_dags_without_errors_or_heavy_imports():
     code = """
 import json, sys, time
+from datetime import UTC, datetime
 from airflow.dag_processing.dagbag import DagBag
+
+
+def nightly(dag):
+    # the scheduler's view: the serialized DAG's timetable asked for the first run, as for a new DAG
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.timetables.base import TimeRestriction
+
+    s = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    first = s.timetable.next_dagrun_info(last_automated_data_interval=None, restriction=TimeRestriction(
+        earliest=s.start_date, latest=None, catchup=s.catchup))
+    return {"cron": s.timetable._expression, "catchup": s.catchup, "max_active_runs": dag.max_active_runs,
+            "first_run_in_future": first.run_after > datetime.now(UTC)}
+
+
 t = time.perf_counter()
 bag = DagBag(dag_folder=sys.argv[1], safe_mode=False)
 heavy = [m for m in ("ortools", "pyspark", "kazoo", "pandas", "pyarrow", "numpy", "plotly") if m in sys.modules]
@@ -65,9 +81,7 @@ print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "
                   "pools": {t.task_id: t.pool for t in d.tasks},
                   "approval": [d.get_task("approve").defaults, d.get_task("approve").response_timeout.total_seconds(),
                                type(d.get_task("approve")).__mro__[1].__name__],
-                  "nightly": {"schedule": bag.dags["kafka_nightly_rebalance"].schedule,
-                              "catchup": bag.dags["kafka_nightly_rebalance"].catchup,
-                              "max_active_runs": bag.dags["kafka_nightly_rebalance"].max_active_runs}}))
+                  "nightly": nightly(bag.dags["kafka_nightly_rebalance"])}))
 """
     out = subprocess.run([sys.executable, "-c", code, str(af.local.DAGS)], capture_output=True, text=True,
                          timeout=120, env={**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
@@ -82,7 +96,8 @@ print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "
     assert r["pools"]["apply"] == r["pools"]["verify"] == "kplan_apply"
     # no answer in time -> the scheduler takes the defaults as the answer: Reject
     assert r["approval"] == [["Reject"], 24 * 3600, "ApprovalOperator"]
-    assert r["nightly"] == {"schedule": "0 2 * * *", "catchup": False, "max_active_runs": 1}
+    # issue 20: a new deployment (or `make airflow`) does not start a rebalance for the 02:00 just past
+    assert r["nightly"] == {"cron": "0 2 * * *", "catchup": False, "max_active_runs": 1, "first_run_in_future": True}
 
 
 @pytest.mark.parametrize("conf", [{"brokers": []}, {"brokers": ["one"]}, {"brokers": [1, 1]}, {}])
@@ -165,41 +180,73 @@ def test_after_the_drain_killing_broker_1_takes_nothing_offline(env, drain_run):
         sandbox.wait_settled(60)
 
 
-def test_review_ui_in_headless_chromium(env, drain_run, tmp_path):
+@pytest.fixture(scope="module")
+def ui(env, tmp_path_factory):
+    """One real `airflow api-server` (this module's AIRFLOW_HOME) and one headless Chromium for the module's
+    browser checks, started when the first test needs them."""
+    tmp = tmp_path_factory.mktemp("ui")
+    with af.api_server(dict(os.environ), tmp / "logs") as base, af.chromium(tmp / "profile") as browser:
+        yield {"base": base, "browser": browser, "token": af.token(base)}
+
+
+def seen(ui, path: str, *texts: str, timeout: float = 60) -> str:
+    """Open `path` in the browser (logged in) and wait until the page shows every one of `texts`; returns
+    the page's visible text. What a person sees, not what an API returns."""
+    from selenium.webdriver.common.by import By
+
+    browser = ui["browser"]
+    if not browser.get_cookie("_token"):
+        browser.get(f"{ui['base']}/api/v2/monitor/health")
+        browser.add_cookie({"name": "_token", "value": ui["token"], "path": "/"})
+    browser.get(f"{ui['base']}{path}")
+
+    def shown():
+        body = browser.find_element(By.TAG_NAME, "body").text
+        return body if all(t in body for t in texts) else None
+
+    try:
+        return af.wait_for(shown, timeout, f"{path} to show {texts}", every=0.5)
+    except TimeoutError:
+        raise AssertionError(f"{path} does not show {texts}; it shows:\n"
+                             f"{browser.find_element(By.TAG_NAME, 'body').text[:3000]}") from None
+
+
+def test_review_ui_in_headless_chromium(env, drain_run, ui):
     """The plan page of the drain above, served by a real `airflow api-server`, in Debian's Chromium."""
     from selenium.webdriver.common.by import By
 
     dr = drain_run["dr"]
     plan = json.loads((run_folder(dr).plan / "plan.json").read_text())
     page = f"/kafka-plans/runs/{DRAIN}/{runs.run_key(dr.run_id)}"
-    with af.api_server(dict(os.environ), tmp_path / "logs") as base, \
-            af.chromium(tmp_path / "profile") as browser:
-        browser.get(f"{base}{page}")
-        assert "Kafka plans" not in browser.title  # refused: no token yet
-        browser.add_cookie({"name": "_token", "value": af.token(base), "path": "/"})
-        browser.get(f"{base}{page}")
-        af.wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#chart-replicas .main-svg .point"), 60,
-                    "the replicas chart")
-        af.wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#chart-leaders .main-svg .point"), 30,
-                    "the preferred-leaders chart")
-        rows = af.wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#moves tbody tr"), 30, "move rows")
-        assert len(rows) == len(plan["moves"])
-        browser.find_element(By.ID, "move-filter").send_keys("legacy-rf1")
-        want = sorted(m["partition"] for m in plan["moves"] if m["topic"] == "legacy-rf1")
-        af.wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#moves tbody tr")) == len(want), 30,
-                    "the filtered move rows")
-        got = sorted(int(r.find_elements(By.TAG_NAME, "td")[1].text)
-                     for r in browser.find_elements(By.CSS_SELECTOR, "#moves tbody tr"))
-        assert got == want
-        risk = browser.find_element(By.ID, "risk").text
-        assert "drain 1 [controlled]" in risk and "CRITICAL" in risk and "LOW" in risk
-        assert "reassignment.json" in browser.find_element(By.TAG_NAME, "body").text
-        shot = tmp_path / "plan.png"
-        browser.save_screenshot(str(shot))
-        assert shot.stat().st_size > 20_000
+    base, browser = ui["base"], ui["browser"]
+    browser.get(f"{base}/api/v2/monitor/health")
+    browser.delete_all_cookies()
+    browser.get(f"{base}{page}")
+    assert "Kafka plans" not in browser.title  # refused: no token yet
+    browser.add_cookie({"name": "_token", "value": ui["token"], "path": "/"})
+    browser.get(f"{base}{page}")
+    af.wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#chart-replicas .main-svg .point"), 60,
+                "the replicas chart")
+    af.wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#chart-leaders .main-svg .point"), 30,
+                "the preferred-leaders chart")
+    rows = af.wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#moves tbody tr"), 30, "move rows")
+    assert len(rows) == len(plan["moves"])
+    browser.find_element(By.ID, "move-filter").send_keys("legacy-rf1")
+    want = sorted(m["partition"] for m in plan["moves"] if m["topic"] == "legacy-rf1")
+    af.wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#moves tbody tr")) == len(want), 30,
+                "the filtered move rows")
+    got = sorted(int(r.find_elements(By.TAG_NAME, "td")[1].text)
+                 for r in browser.find_elements(By.CSS_SELECTOR, "#moves tbody tr"))
+    assert got == want
+    risk = browser.find_element(By.ID, "risk").text
+    assert "drain 1 [controlled]" in risk and "CRITICAL" in risk and "LOW" in risk
+    assert "reassignment.json" in browser.find_element(By.TAG_NAME, "body").text
+    shot = env["base"] / "plan.png"
+    browser.save_screenshot(str(shot))
+    assert shot.stat().st_size > 20_000
 
 
-def test_rejected_approval_applies_nothing(env):
+def test_rejected_approval_applies_nothing(env, ui):
     """Also the risk task on a real standalone Spark master and worker, through spark_default."""
     start = af.assignment(env["zk"])
     with af.spark_standalone(env["base"] / "spark") as spark, pytest.MonkeyPatch.context() as mp:
@@ -224,9 +271,16 @@ def test_rejected_approval_applies_nothing(env):
     assert review["error"].startswith(f"Rejected by {af.local.USER}: plan {review['plan_id'][7:19]} was not applied")
     assert run_note(dr) == review["error"]
     assert not (folder.root / "report.json").exists()
+    # seen in the browser: the run in Airflow's runs list (failed, with its note), the plan list, the plan page
+    seen(ui, f"/dags/{DRAIN}/runs/{quote(dr.run_id, safe='')}", review["error"])
+    listing = seen(ui, "/kafka-plans/", review["error"])
+    row = next(x for x in listing.splitlines() if review["plan_id"][7:19] in x)
+    assert "rejected" in row, row
+    seen(ui, f"/kafka-plans/runs/{DRAIN}/{runs.run_key(dr.run_id)}", review["error"],
+         "Apply and verify\nnot started: rejected by admin")
 
 
-def test_unknown_broker_fails_the_run_early_and_applies_nothing(env):
+def test_unknown_broker_fails_the_run_early_and_applies_nothing(env, ui):
     start = af.assignment(env["zk"])
     dr, _ = af.run_dag(DRAIN, {"brokers": [1, 42]}, decide=lambda d: "Approve", deadline=120)
     st = af.states(dr)
@@ -243,6 +297,10 @@ def test_unknown_broker_fails_the_run_early_and_applies_nothing(env):
     assert (review["status"], review["failed_task"]) == ("failed at risk", "risk")
     assert review["error"].startswith(msg) and "Traceback" not in review["error"]
     assert run_note(dr).startswith(f"Failed at risk: {msg}")
+    # seen in the browser: the message on the run's page in Airflow, and on the run's page in Kafka plans
+    seen(ui, f"/dags/{DRAIN}/runs/{quote(dr.run_id, safe='')}", f"Failed at risk: {msg}")
+    seen(ui, f"/kafka-plans/runs/{DRAIN}/{runs.run_key(dr.run_id)}", f"Failed at risk: {msg}",
+         "No plan was made in this run")
 
 
 def test_nightly_rebalance_end_to_end(env, drain_run):
@@ -349,7 +407,7 @@ def test_nightly_rebalance_skips_while_a_reassignment_is_in_flight(env, zk_clien
     assert zk_client.exists("/admin/reassign_partitions"), "the foreign reassignment must be left alone"
 
 
-def test_a_plan_the_cluster_no_longer_matches_is_refused_with_its_reason(env):
+def test_a_plan_the_cluster_no_longer_matches_is_refused_with_its_reason(env, ui):
     """While the plan waits for approval, someone reorders one of its partitions' replicas: apply refuses the
     stale plan (nothing submitted) and the refusal's reason is what the run's note and the plan page say."""
     from kazoo.client import KazooClient
@@ -388,6 +446,9 @@ def test_a_plan_the_cluster_no_longer_matches_is_refused_with_its_reason(env):
         assert review["error"].startswith("the cluster changed since the plan was made: 1 partitions no longer "
                                           "match"), review["error"]
         assert run_note(dr) == f"Apply refused: {review['error']}"
+        seen(ui, f"/kafka-plans/runs/{DRAIN}/{runs.run_key(dr.run_id)}",
+             f"Apply and verify\nrefused: {review['error'][:80]}")
+        seen(ui, f"/dags/{DRAIN}/runs/{quote(dr.run_id, safe='')}", f"Apply refused: {review['error'][:80]}")
         end = af.assignment(env["zk"])
         assert {k: v for k, v in end.items() if k != (changed["path"].rsplit("/", 1)[1], int(changed["partition"]))
                 } == {k: v for k, v in start.items() if k != (changed["path"].rsplit("/", 1)[1],

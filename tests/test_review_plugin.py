@@ -145,6 +145,13 @@ def test_move_filter(plugin):
     assert to_4["matched"] > 0
     assert all(4 in m["from"] + m["to"] and m["topic"] == "orders" for m in to_4["moves"])
     assert c.get(url, params={"q": "no-such-topic"}).json()["matched"] == 0
+    # `leader`: every move that gives its partition a new preferred leader, data moves included (issue 20: it
+    # showed 0 rows for a drain whose moves all move data); at least every partition broker 1 led
+    leader = c.get(url, params={"q": "leader"}).json()
+    led_by_1 = sum(p["replicas"][0] == 1 for t in CLUSTER["topics"] for p in t["partitions"])
+    changes = c.get(f"/kafka-plans/api/runs/{DAG}/{runs.run_key(RUN)}").json()["figures"]["leadership"]["changes"]
+    assert leader["matched"] == changes >= led_by_1 > 0
+    assert all(m["from"][0] != m["to"][0] for m in leader["moves"])
 
 
 def test_downloads_and_plotly(plugin):

@@ -478,10 +478,13 @@ class PublishOperator(BaseOperator):
         moves = plan.summary.get("replica_moves") or 0
         nbytes = plan.summary.get("bytes_moved")
         if _opt_int(self.auto_approve_max_moves) is not None and moves > int(self.auto_approve_max_moves):
-            reasons.append(f"{moves} replica moves > auto-approve limit {self.auto_approve_max_moves}")
+            reasons.append(f"{moves} replica moves is over the auto-approve limit of {self.auto_approve_max_moves}")
         if _opt_int(self.auto_approve_max_bytes) is not None and (nbytes is None or nbytes > int(self.auto_approve_max_bytes)):
-            reasons.append(f"{'unknown' if nbytes is None else nbytes} bytes to move > auto-approve limit "
-                           f"{self.auto_approve_max_bytes}")
+            from kplan_airflow.summary import human_bytes
+
+            reasons.append(f"bytes to move unknown (auto-approve needs them within {human_bytes(int(self.auto_approve_max_bytes))})"
+                           if nbytes is None else f"{human_bytes(nbytes)} to move is over the auto-approve limit of "
+                           f"{human_bytes(int(self.auto_approve_max_bytes))}")
         if self.auto_approve_max_risk and _level_rank(after_level) > _level_rank(self.auto_approve_max_risk):
             reasons.append(f"risk after the plan is {str(after_level).upper()} (auto-approve up to "
                            f"{self.auto_approve_max_risk.upper()})")
@@ -732,7 +735,9 @@ class ReportOperator(BaseOperator):
         run = run_folder(context)
         plan = call("report", api.read_plan, run.plan)
         report = runs.read_json(run.report) or {}
-        self.log.info("%s\nverification (%s):\n%s", sm.text_report(plan, []), run.report,
+        pairs = sm.scenario_pairs(runs.read_json(run.risk_after / "summary.json"),
+                                  runs.read_json(run.risk / "summary.json"))
+        self.log.info("%s\nverification (%s):\n%s", sm.text_report(plan, pairs), run.report,
                       api.verify_report_text(report) if report else "no report.json: verify did not finish")
         runs.update_review(run, status="done", report=str(run.report) if report else None)
         parts = report.get("partitions") or {}

@@ -207,7 +207,8 @@ def plan_page(root: Path, dag_key: str, run_key: str, now: float | None = None) 
 def moves(root: Path, dag_key: str, run_key: str, q: str = "", limit: int = 500, offset: int = 0
           ) -> dict[str, Any]:
     """Move rows matching `q` (words; each must match the topic, `topic-partition`, the kind, or a broker id
-    in the from/to lists; `broker:3` matches moves touching broker 3)."""
+    in the from/to lists; `broker:3` matches moves touching broker 3; `leader` matches every move whose
+    preferred leader changes, a data move's included)."""
     plan = api.read_plan(api.RunFolder(_run_dir(root, dag_key, run_key)).plan)
     words = [w.lower() for w in q.split() if w]
 
@@ -218,6 +219,8 @@ def moves(root: Path, dag_key: str, run_key: str, q: str = "", limit: int = 500,
             except ValueError:
                 return False
             return b in m.from_replicas or b in m.to_replicas
+        if w == "leader":   # every move that changes the preferred leader, data moves included
+            return m.kind == "leader" or m.from_replicas[:1] != m.to_replicas[:1]
         return (w in m.topic.lower() or w == f"{m.topic}-{m.partition}".lower() or w == m.kind
                 or (w.isdigit() and (int(w) in m.from_replicas or int(w) in m.to_replicas)))
 
