@@ -72,7 +72,6 @@ with DAG(
         "max_disk_usage": Param(0.85, type="number", exclusiveMinimum=0, maximum=1, title="Max disk usage"),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),
         "kafka_version": Param("3.7", type="string", title="Kafka version (min-ISR rule)"),
-        "require_approval": Param(True, type="boolean", title="Require approval"),
         "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
     },
 ) as dag:
@@ -83,8 +82,7 @@ with DAG(
                                exclude_topics="{{ params.exclude_topics }}", kafka_version="{{ params.kafka_version }}",
                                max_disk_usage="{{ params.max_disk_usage }}", **READ_ONLY)
     risk = RiskOperator(task_id="risk_after", after_plan=True, kafka_version="3.7", **READ_ONLY)
-    publish = PublishOperator(task_id="publish", require_approval="{{ params.require_approval }}",
-                              throttle="{{ params.throttle }}", no_throttle="{{ params.no_throttle }}")
+    publish = PublishOperator(task_id="publish", throttle="{{ params.throttle }}", no_throttle="{{ params.no_throttle }}")
     approve = PlanApprovalOperator(
         task_id="approve",
         subject="{{ ti.xcom_pull(task_ids='publish')['subject'] }}",
