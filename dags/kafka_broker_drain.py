@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.sdk import DAG, Param
+from kplan_airflow.form import broker_picker
 from kplan_airflow.operators import (
     ApplyOperator,
     DrainPlanOperator,
@@ -41,9 +42,8 @@ with DAG(
     tags=["kafka", "kplan"],
     doc_md=__doc__,
     params={
-        "brokers": Param(type="array", items={"type": "integer", "minimum": 0}, minItems=1, uniqueItems=True,
-                         title="Brokers to drain", description="Broker ids, in the order a rolling "
-                         "restart would take them down"),
+        "brokers": broker_picker("Brokers to drain", "Pick the brokers, in the order a rolling restart would take "
+                                 "them down"),
         "shutdown_mode": Param("both", enum=["controlled", "failure", "both"], title="Shutdown mode to assess",
                                description="controlled = graceful stop, failure = kill; both scores each"),
         "sweep": Param(False, type="boolean", title="Also assess every broker and rack",

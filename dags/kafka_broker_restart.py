@@ -18,6 +18,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.sdk import DAG, Param
+from kplan_airflow.form import broker_picker
 from kplan_airflow.operators import PlanApprovalOperator, PublishOperator, RiskOperator, SnapshotOperator
 from kplan_airflow.roll_ops import (
     RestartPlanOperator,
@@ -39,8 +40,7 @@ with DAG(
     tags=["kafka", "kplan"],
     doc_md=__doc__,
     params={
-        "brokers": Param(type="array", items={"type": "integer", "minimum": 0}, minItems=1, uniqueItems=True,
-                         title="Brokers to restart", description="Broker ids; restarted one at a time"),
+        "brokers": broker_picker("Brokers to restart", "Restarted one at a time"),
         "order": Param("auto", enum=["auto", "given"], title="Order",
                        description="auto = ascending id, the controller's broker last; given = as listed"),
         "restart_conn_id": Param(None, type=["null", "string"], title="Restart command connection",

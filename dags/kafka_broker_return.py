@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.sdk import DAG, Param
+from kplan_airflow.form import broker_picker
 from kplan_airflow.operators import (
     ApplyOperator,
     PlanApprovalOperator,
@@ -38,8 +39,7 @@ with DAG(
     tags=["kafka", "kplan"],
     doc_md=__doc__,
     params={
-        "brokers": Param(type="array", items={"type": "integer", "minimum": 0}, minItems=1, uniqueItems=True,
-                         title="Brokers to bring back", description="Drained broker ids, registered again"),
+        "brokers": broker_picker("Brokers to bring back", "Drained brokers, registered again"),
         "drain_plan": Param(None, type=["null", "string"], title="The drain's plan folder",
                             description="Optional: by default the plan named by the brokers' maintenance state"),
         "reason": Param(None, type=["null", "string"], title="Reason",

@@ -280,6 +280,39 @@ def test_rejected_approval_applies_nothing(env, ui):
          "Apply and verify\nnot started: rejected by admin")
 
 
+def test_trigger_form_offers_the_clusters_brokers_with_their_racks(env, drain_run, ui):
+    """The drain's snapshot recorded the brokers; the form (DAG page -> Trigger; the DAG as the runs above
+    stored it) offers them as a multi-select labelled with id and rack, read here raw from ZooKeeper."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    racks = {b: (af.znode_json(env["zk"], f"/brokers/ids/{b}") or {}).get("rack") for b in range(1, 7)}
+    assert all(racks.values()), racks
+    labels = [f"broker {b} · rack {racks[b]}" for b in range(1, 7)]
+    browser = ui["browser"]
+    seen(ui, f"/dags/{DRAIN}", "Trigger")
+    next(b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Trigger").click()
+    af.wait_for(lambda: "Brokers to drain" in browser.find_element(By.TAG_NAME, "body").text, 60, "the form")
+    field = af.wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "[id^='element_brokers'] input"), 30,
+                        "the brokers field")[0]
+    field.click()
+    ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
+    def options() -> str | None:
+        text = browser.find_element(By.TAG_NAME, "body").text
+        return text if labels[0] in text else None
+
+    body = af.wait_for(options, 30, "the broker options")
+    assert all(label in body for label in labels), body[-2000:]
+    # pick brokers 2 and 5: the field shows their labels, nothing typed
+    for b in (2, 5):
+        field.send_keys(f"broker {b} ")
+        ActionChains(browser).send_keys(Keys.ENTER).perform()
+    chosen = browser.find_element(By.CSS_SELECTOR, "[id^='element_brokers']").text
+    assert labels[1] in chosen and labels[4] in chosen and labels[0] not in chosen, chosen
+    browser.save_screenshot(str(env["base"] / "trigger-form.png"))
+
+
 def test_unknown_broker_fails_the_run_early_and_applies_nothing(env, ui):
     start = af.assignment(env["zk"])
     dr, _ = af.run_dag(DRAIN, {"brokers": [1, 42]}, decide=lambda d: "Approve", deadline=120)

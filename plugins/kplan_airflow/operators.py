@@ -203,7 +203,19 @@ class SnapshotOperator(BaseOperator):
         out = call("snapshot", api.snapshot, req, progress=_log_progress(self))
         for w in out.warnings:
             self.log.warning("snapshot warning: %s", dict(w))
+        _offer_brokers(self, out.path)
         return {"path": str(out.path), "fingerprint": out.fingerprint, "counts": dict(out.counts)}
+
+
+def _offer_brokers(op: BaseOperator, path: Path) -> None:
+    """The brokers this snapshot saw become the trigger forms' broker picker (kplan_airflow.form)."""
+    from kplan_airflow import form
+
+    try:
+        snap = api.read_snapshot(path)
+        form.write_known_brokers(snap.brokers.to_pylist(), snap.manifest.get("taken_at"), op.zk_conn_id)
+    except Exception:  # noqa: BLE001 (the picker is a convenience; the snapshot itself is done)
+        op.log.warning("could not record the snapshot's brokers for the trigger forms", exc_info=True)
 
 
 def _kafka(conn_id: str | None) -> Any:

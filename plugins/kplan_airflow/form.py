@@ -1,0 +1,57 @@
+"""The trigger forms' broker picker: the cluster's brokers, with their racks, as a multi-select in Airflow's
+form, read from the brokers the latest snapshot saw (`<runs_root>/known-brokers.json`, written by every
+snapshot task). Read when the DAG file is parsed, so it is a small JSON file, never the snapshot itself.
+
+Airflow 3.3's form shows a `type: array` param with `examples` as a multi-select whose values are strings;
+the schema takes those strings of digits, and integers (a trigger through the REST API or a follow-up run),
+and the operators read both as broker ids. A broker that joined after the latest snapshot is not offered,
+but can still be named through the trigger's JSON conf; an id the cluster does not have fails the run's
+first planner step with the planner's message (shown on the run and the plan page).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kplan_airflow import runs
+
+KNOWN = "known-brokers.json"
+ITEM = {"type": ["integer", "string"], "minimum": 0, "pattern": "^[0-9]+$"}
+
+
+def known_brokers() -> dict[str, Any]:
+    """{"taken_at", "zk_conn_id", "brokers": [{"id", "rack", "alive", "maintenance"}]}, or {} (no snapshot yet)."""
+    try:
+        doc = runs.read_json(runs.runs_root() / KNOWN) or {}
+    except Exception:  # noqa: BLE001 (a form without choices beats a DAG that does not parse)
+        return {}
+    return doc if isinstance(doc.get("brokers"), list) else {}
+
+
+def write_known_brokers(rows: list[dict[str, Any]], taken_at: str | None, zk_conn_id: str | None) -> None:
+    brokers = [{"id": int(r["broker"]), "rack": r.get("rack"), "alive": bool(r.get("alive", True)),
+                "maintenance": r.get("maintenance")} for r in sorted(rows, key=lambda r: int(r["broker"]))]
+    runs.write_json(runs.runs_root() / KNOWN, {"taken_at": taken_at, "zk_conn_id": zk_conn_id, "brokers": brokers})
+
+
+def label(b: dict[str, Any]) -> str:
+    extra = [] if b.get("alive", True) else ["down"]
+    if b.get("maintenance"):
+        extra.append(str(b["maintenance"]))
+    return f"broker {b['id']}" + (f" · rack {b['rack']}" if b.get("rack") else "") + (
+        f" ({', '.join(extra)})" if extra else "")
+
+
+def broker_picker(title: str, description: str) -> Any:
+    """The brokers Param: a multi-select of the known brokers (ids and racks), at least one, no repeats."""
+    from airflow.sdk import Param
+
+    known = known_brokers()
+    extra: dict[str, Any] = {}
+    if known.get("brokers"):
+        ids = [str(b["id"]) for b in known["brokers"]]
+        extra = {"examples": ids, "values_display": {str(b["id"]): label(b) for b in known["brokers"]}}
+        description += (f". Offered: the brokers of the latest snapshot ({known.get('taken_at') or 'time unknown'}); "
+                        "a broker that joined since can be named in the trigger's JSON conf")
+    return Param(type="array", items=ITEM, minItems=1, uniqueItems=True, title=title, description=description,
+                 **extra)
