@@ -56,6 +56,23 @@ def load_dag(dag_id: str):
     return bag.dags[dag_id]
 
 
+def sync_dags() -> None:
+    """Parse the DAG files again and store them as the dag-processor does (what the UI's forms show), as
+    dag.test() does before each run: e.g. once a snapshot has recorded the brokers the forms offer."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+    from airflow.utils.session import create_session
+
+    manager = DagBundlesManager()
+    with create_session() as session:
+        manager.sync_bundles_to_db(session=session)
+    for bundle in manager.get_all_dag_bundles():
+        if not bundle.is_initialized:
+            bundle.initialize()
+        bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, bundle_name=bundle.name)
+        sync_bag_to_db(bag, bundle.name, bundle.version)
+
+
 def run_dag(dag_id: str, conf: dict[str, Any], *, decide: Callable[[dict], str] = lambda d: "Reject",
             mark_success: str | None = None, deadline: float = 1200.0, api: local.ApiClient | None = None):
     """dag.test() in this (main) thread while a thread answers any approval through the REST API with

@@ -5,7 +5,7 @@
 Sandbox + Airflow on SQLite + a real `airflow api-server`; the drain DAG runs with dag.test() and, while its
 approval waits, headless Chromium photographs the Required Actions page, then approves through the API; then
 the plan page (after apply and verify), the plan list inside the Airflow UI (Browse -> Kafka plans) and the
-drain DAG's trigger form (its params; brokers filled in, not submitted).
+drain DAG's trigger form (its params; broker 1 picked in the broker picker, not submitted).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def main() -> int:
             page = f"{base}/kafka-plans/runs/kafka_broker_drain/{runs.run_key(dr.run_id)}"
             shoot("kafka-plan-page.png", page, height=2000)
             shoot("kafka-plans-in-airflow.png", f"{base}/plugin/kafka-plans", settle=6, height=700)
+            af.sync_dags()   # the form as the dag-processor shows it once the drain's snapshot saw the brokers
             trigger_form(browser, base, out / "airflow-trigger-form.png")
     finally:
         sandbox.down()
@@ -65,8 +66,9 @@ def main() -> int:
 
 
 def trigger_form(browser, base: str, path: Path) -> None:
-    """The DAG page's Trigger button opens the form (Airflow 3.3 has no URL for it); fill in brokers [1] (the
-    JSON editor reformats a valid list as it is typed, so "[1" becomes [1]) and photograph it, unsubmitted."""
+    """The DAG page's Trigger button opens the form (Airflow 3.3 has no URL for it); pick broker 1 in the broker
+    picker (the brokers of the latest snapshot, with their racks), open the list again to show the choices,
+    and photograph it, unsubmitted."""
     browser.set_window_size(1360, 2300)
     browser.get(f"{base}/dags/kafka_broker_drain")
 
@@ -75,18 +77,16 @@ def trigger_form(browser, base: str, path: Path) -> None:
 
     af.wait_for(button, 60, "the Trigger button on the DAG page")[0].click()
     af.wait_for(lambda: "Brokers to drain" in browser.find_element(By.TAG_NAME, "body").text, 60, "the trigger form")
-
-    def editor_text() -> str:
-        return "".join(browser.find_elements(By.CSS_SELECTOR, ".monaco-editor .view-lines")[0].text.split())
-
-    browser.find_elements(By.CSS_SELECTOR, ".monaco-editor .view-lines")[0].click()
-    ActionChains(browser).key_down(Keys.CONTROL).send_keys("a").key_up(Keys.CONTROL).send_keys(Keys.DELETE).perform()
-    ActionChains(browser).send_keys("[1").perform()
-    af.wait_for(lambda: editor_text() == "[1]", 10, "brokers [1] in the form")
-    browser.find_element(By.XPATH, "//*[text()='Logical Date']").click()  # leave the editor: no cursor shown
-    af.wait_for(lambda: "This field is required" not in browser.find_element(By.TAG_NAME, "body").text, 10,
-                "the form to accept brokers [1]")
-    time.sleep(1)  # the editor's re-render after leaving it; nothing to poll for
+    field = af.wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "[id^='element_brokers'] input"), 30,
+                        "the broker picker")[0]
+    field.click()
+    field.send_keys("broker 1 ")
+    ActionChains(browser).send_keys(Keys.ENTER).perform()
+    af.wait_for(lambda: "broker 1 · rack" in browser.find_element(By.CSS_SELECTOR, "[id^='element_brokers']").text,
+                10, "broker 1 picked")
+    ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()   # the list of the other brokers, open
+    af.wait_for(lambda: "broker 2 · rack" in browser.find_element(By.TAG_NAME, "body").text, 10, "the options")
+    time.sleep(1)  # the menu's opening animation; nothing to poll for
     browser.save_screenshot(str(path))
     print("wrote", path, flush=True)
 

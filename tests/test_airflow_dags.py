@@ -290,6 +290,7 @@ def test_trigger_form_offers_the_clusters_brokers_with_their_racks(env, drain_ru
     racks = {b: (af.znode_json(env["zk"], f"/brokers/ids/{b}") or {}).get("rack") for b in range(1, 7)}
     assert all(racks.values()), racks
     labels = [f"broker {b} · rack {racks[b]}" for b in range(1, 7)]
+    af.sync_dags()   # the DAG files parsed again, as the dag-processor would, now that a snapshot saw the brokers
     browser = ui["browser"]
     seen(ui, f"/dags/{DRAIN}", "Trigger")
     next(b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Trigger").click()
