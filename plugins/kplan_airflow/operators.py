@@ -83,6 +83,16 @@ def record_failure(op: BaseOperator, context: Context, exc: BaseException, befor
         op.log.warning("could not record the failure in the run's review record", exc_info=True)
 
 
+def _control_flow() -> tuple[type[BaseException], ...]:
+    from airflow.sdk import exceptions as ex
+
+    names = ("AirflowSkipException", "AirflowRescheduleException", "DagRunTriggerException", "DownstreamTasksSkipped")
+    return tuple(getattr(ex, n) for n in names if hasattr(ex, n))
+
+
+_CONTROL_FLOW = _control_flow()
+
+
 def shows_failures(cls: type[T]) -> type[T]:
     """Wrap the class's own execute / execute_complete: a failure that ends the task (a planner refusal, or the
     last try of anything else) is recorded in the run's review record, where the plan list, the plan page and
@@ -102,7 +112,7 @@ def shows_failures(cls: type[T]) -> type[T]:
                 before = {}
             try:
                 return __fn(self, context, *args, **kwargs)
-            except AirflowSkipException:
+            except _CONTROL_FLOW:   # a skip, a reschedule, a triggered run: outcomes, not failures
                 raise
             except AirflowFailException as e:
                 record_failure(self, context, e, before)
