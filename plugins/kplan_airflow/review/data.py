@@ -105,6 +105,14 @@ def list_plans(root: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _plain(value: Any) -> Any:
+    """The plan model's read-only mappings (nested too: a rebalance's summary holds its bounds) as plain JSON
+    data, for the page's embedded JSON and the API."""
+    from collections.abc import Mapping
+
+    return json.loads(json.dumps(value, default=lambda o: dict(o) if isinstance(o, Mapping) else str(o)))
+
+
 def _per_broker(plan: api.Plan) -> dict[str, Any]:
     b = plan.brokers
     return {
@@ -193,13 +201,13 @@ def plan_page(root: Path, dag_key: str, run_key: str, now: float | None = None) 
     return {
         "roll": roll,
         "dag_key": dag_key, "run_key": run_key, "review": review, "title": sm.title(plan),
-        "figures": figures, "summary": dict(plan.summary),
+        "figures": figures, "summary": _plain(plan.summary),
         "scenarios": sm.scenario_pairs(after, before),
         "risk_levels": {"before": (after or before or {}).get("level_by_state", {}).get("current"),
                         "after": (after or {}).get("level_by_state", {}).get("plan")},
         "brokers": _per_broker(plan), "batches": batches, "moves_total": len(plan.moves),
         "apply": figures_apply,
-        "snapshot": dict(plan.snapshot), "parameters": json.loads(json.dumps(dict(plan.parameters), default=str)),
+        "snapshot": _plain(plan.snapshot), "parameters": _plain(plan.parameters),
         "progress": progress(root, dag_key, run_key), "outcome": outcome(review), "stale_snapshot": stale,
     }
 
