@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kazoo.client import KazooClient
 from waiting import poll
 
@@ -36,13 +37,23 @@ def _all_threads_stopped(pid: int) -> bool:
     return bool(states) and all(x == "T" for x in states)
 
 
-def _lost_in_flight(tmp_path, request: Callable[[KazooClient], Any]) -> tuple[dict[str, Any], KazooClient]:
-    """Run request(client) while ZooKeeper is frozen, kill ZooKeeper with it in flight, start it again."""
-    server = ZooKeeperServer(tmp_path / "zk", heap_mb=128).start()
-    back = None
-    client = KazooClient(hosts=server.connect_string, timeout=30)   # the session outlives the restart
-    client.start(15)
-    try:
+class Frozen:
+    """A ZooKeeper of the test's own and a client; whatever happens, both are gone afterwards (a failed run
+    once left a SIGSTOPped ZooKeeper JVM behind: the servers were stopped only on the way that passed)."""
+
+    def __init__(self, tmp_path: Path):
+        self.tmp = tmp_path
+        self.servers = [ZooKeeperServer(tmp_path / "zk", heap_mb=128).start()]
+        self.client = KazooClient(hosts=self.servers[0].connect_string, timeout=30)   # outlives the restart
+        try:
+            self.client.start(15)
+        except Exception:
+            self.servers[0].stop()
+            raise
+
+    def lost_in_flight(self, request: Callable[[KazooClient], Any]) -> dict[str, Any]:
+        """Run request(client) while ZooKeeper is frozen, kill ZooKeeper with it in flight, start it again."""
+        server, client = self.servers[0], self.client
         client.create(codec.CONTROLLER_EPOCH, b"1")
         client.create("/t", b"before")
         os.kill(server.pid, signal.SIGSTOP)
@@ -61,39 +72,38 @@ def _lost_in_flight(tmp_path, request: Callable[[KazooClient], Any]) -> tuple[di
         os.kill(server.pid, signal.SIGKILL)
         server.process.wait(10)
         poll(lambda: not client.connected, timeout=10, what="the connection dropped")
-        back = ZooKeeperServer(tmp_path / "zk", port=server.port, heap_mb=128).start()
+        self.servers.append(ZooKeeperServer(self.tmp / "zk", port=server.port, heap_mb=128).start())
         t.join(60)
         assert not t.is_alive(), "the request never ended"
-        return ended, client
+        return ended
+
+    def close(self) -> None:
+        for s in self.servers:
+            if s.process is not None and s.process.poll() is None:
+                s.process.kill()   # SIGKILL reaches a stopped JVM too
+                s.process.wait(10)
+        self.client.stop()
+        self.client.close()
+
+
+@pytest.fixture
+def frozen(tmp_path) -> Iterator[Frozen]:
+    f = Frozen(tmp_path)
+    try:
+        yield f
     finally:
-        if back is None:
-            client.stop()
-            client.close()
-        client._test_servers = (server, back)   # stopped by the caller, after its own reads
+        f.close()
+        assert not [s.pid for s in f.servers if s.process.poll() is None]
 
 
-def _stop(client: KazooClient) -> None:
-    for s in client._test_servers:
-        if s is not None and s.process is not None and s.process.poll() is None:
-            s.stop()
-    client.stop()
-    client.close()
-
-
-def test_a_fenced_write_in_flight_when_zookeeper_dies_is_sent_again_once_it_is_back(tmp_path):
+def test_a_fenced_write_in_flight_when_zookeeper_dies_is_sent_again_once_it_is_back(frozen):
     # /controller_epoch was just created: its version is 0
-    ended, client = _lost_in_flight(tmp_path, lambda c: commit_fenced(c, [Op("set", "/t", b"after")], 0))
-    try:
-        assert "error" not in ended, repr(ended.get("error"))
-        assert len(ended["result"]) == 1 and ended["result"][0].version == 1
-        assert client.get("/t")[0] == b"after"
-    finally:
-        _stop(client)
+    ended = frozen.lost_in_flight(lambda c: commit_fenced(c, [Op("set", "/t", b"after")], 0))
+    assert "error" not in ended, repr(ended.get("error"))
+    assert len(ended["result"]) == 1 and ended["result"][0].version == 1
+    assert frozen.client.get("/t")[0] == b"after"
 
 
-def test_a_read_in_flight_when_zookeeper_dies_is_sent_again_once_it_is_back(tmp_path):
-    ended, client = _lost_in_flight(tmp_path, lambda c: UntilConnected(c).get("/t")[0])
-    try:
-        assert ended == {"result": b"before"}, repr(ended)
-    finally:
-        _stop(client)
+def test_a_read_in_flight_when_zookeeper_dies_is_sent_again_once_it_is_back(frozen):
+    ended = frozen.lost_in_flight(lambda c: UntilConnected(c).get("/t")[0])
+    assert ended == {"result": b"before"}, repr(ended)
