@@ -20,8 +20,7 @@ against an independent source:
 next scenario starts from an empty, settled cluster.
 
 Scenarios are functions `(stage) -> dict` registered in SCENARIOS by name; the dict (figures for the bench) is
-returned by `run`. The restart roll (issue 17) is added here once its roll exists: a function that plans
-and runs the roll over every broker under the same Stage, registered as "restart-roll".
+returned by `run`.
 """
 
 from __future__ import annotations
@@ -124,6 +123,9 @@ class Stage:
         if kind == "drain":
             out = api.plan_drain(api.DrainRequest(snapshot=self.run.snapshot, out=self.run.plan,
                                                   brokers=kw.pop("brokers", (1,)), **kw))
+        elif kind == "restart":
+            out = api.plan_restart(api.RestartRequest(snapshot=self.run.snapshot, out=self.run.plan,
+                                                      sizes=sizes, **kw))
         else:
             out = api.plan_rebalance(api.RebalanceRequest(snapshot=self.run.snapshot, out=self.run.plan, **kw))
         self.doc = json.loads((self.run.plan / "plan.json").read_text())
@@ -179,9 +181,9 @@ class Stage:
         return self.zk.exists("/admin").cversion
 
     # ------------------------------------------------------------------------------------ faults
-    def predict(self, broker: int, fault: str) -> Allowed:
-        """What the replay predicts for a hard failure of `broker` now: a snapshot of the cluster as it is
-        (mid-reassignment included), replayed."""
+    def predict(self, broker: int, fault: str, mode: str = "failure") -> Allowed:
+        """What the replay predicts for a hard failure (or, mode "controlled", a controlled shutdown) of
+        `broker` now: a snapshot of the cluster as it is (mid-reassignment included), replayed."""
         snap = self.work / f"snapshot-before-{fault.replace(' ', '-')}"
         api.snapshot(api.SnapshotRequest(zk=self.sb.connect_string, out=snap))
         s = api.read_snapshot(snap)
@@ -191,14 +193,14 @@ class Stage:
                                                      s.partitions.column("partition").to_pylist(),
                                                      s.partitions.column("leader").to_pylist(), strict=True)}
         a = Allowed(fault)
-        for row in replay.predict(st, [broker], "failure").to_pylist():
+        for row in replay.predict(st, [broker], mode).to_pylist():
             key = (row["topic"], row["partition"])
             if row["offline"]:
                 a.offline.add(key)
             elif len(row["isr"]) < min_isr[row["topic"]]:
                 a.under_min_isr.add(key)
-            if before.get(key) == broker:
-                a.transient.add(key)
+            if before.get(key) == broker and mode == "failure":
+                a.transient.add(key)   # a controlled shutdown moves leadership before the broker stops
         return a
 
     def kill(self, broker: int) -> Allowed:
@@ -533,10 +535,48 @@ def foreign_reassignment(s: Stage) -> dict[str, Any]:
     return {"foreign": f"{t}-{p} -> {target}"}
 
 
+def restart_roll(s: Stage) -> dict[str, Any]:
+    """Every broker restarted (controlled shutdown, then start) one at a time by `kplan roll` under traffic:
+    the restart plan's temporary replicas, demotion and gates keep every partition online and at min ISR, as
+    the replay predicts for each controlled shutdown of the cluster as it stands just before it; everything
+    ends as it was (lists, no temporary replica, no maintenance state)."""
+    brokers = tuple(b["id"] for b in BROKERS)
+    s.plan("restart", brokers=brokers)
+    assert s.doc["protection"]["reasons"]["rf1"] == 3, s.doc["protection"]   # the solo topic's partitions
+    order: list[int] = []
+
+    def restart(b: int) -> None:
+        fault = s.predict(b, f"restart broker {b}", mode="controlled")
+        fault.start = time.time()
+        s.allowed.append(fault)
+        s.workload.mark(f"stop broker {b}")
+        s.sb.stop([b])
+        s.sb.start([b])
+        fault.end = time.time()
+        s.workload.mark(f"start broker {b}")
+        order.append(b)
+
+    s.workload.mark("roll")
+    out = api.roll(api.RollRequest(zk=s.sb.connect_string, plan=s.run.plan, poll=0.2, throttle=20 * THROTTLE,
+                                   restart_timeout=180, gate_timeout=180), restart=restart)
+    assert (out.state, out.steps_done, out.steps_total) == ("completed", len(brokers), len(brokers)), out
+    assert order == s.doc["roll"]["order"] and sorted(order) == list(brokers), (order, s.doc["roll"])
+    record = s.check.json(f"/kplan/rolls/{s.doc['id'].split(':')[1]}")
+    assert (record["state"], record["phase"]) == ("completed", "done"), record
+    assert [x["state"] for x in record["steps"]] == ["done"] * len(brokers), record["steps"]
+    outcome = json.loads((s.run.plan.parent / "roll" / "outcome.json").read_text())
+    assert outcome["state"] == "completed" and outcome["steps_done"] == len(brokers), outcome
+    assert [r.state for r in api.brokers(api.BrokersRequest(zk=s.sb.connect_string))] == ["in service"] * 5
+    predicted = sorted({f"{t}-{p}" for f in s.allowed for t, p in f.offline | f.under_min_isr})
+    assert predicted == [], f"the replay predicts {predicted} for the plan's own roll"
+    s.check_all(expect=s.original)
+    return {"order": order, "cannot_move": list(out.cannot_move), "roll_s": round(out.seconds, 1)}
+
+
 SCENARIOS: dict[str, Callable[[Stage], dict[str, Any]]] = {
     "drain": drain,
     "rebalance": rebalance,
-    # "restart-roll": added with issue 17's roll (kplan plan restart): every broker restarted under traffic
+    "restart-roll": restart_roll,
     "apply-sigkill-resume": apply_killed_then_resumed,
     "cancel": cancel_mid_batch,
     "cancel-revert": cancel_revert_mid_batch,
