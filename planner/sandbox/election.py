@@ -8,7 +8,8 @@ leader can be chosen (the caller then leaves the partition as it is, as Kafka do
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from typing import Any
 
 Online = Callable[[int], bool]
 
@@ -64,3 +65,44 @@ def without_replica(replica: int, leader: int, isr: list[int]) -> tuple[int, lis
     new_leader = -1 if leader == replica else leader
     new_isr = isr if len(isr) == 1 else [x for x in isr if x != replica]
     return new_leader, list(new_isr)
+
+
+def _improve(h: int) -> int:
+    """scala.collection.Hashing.improve, in 32-bit arithmetic."""
+    h = (h + ~(h << 9)) & 0xFFFFFFFF
+    h ^= h >> 14
+    h = (h + (h << 4)) & 0xFFFFFFFF
+    return h ^ (h >> 10)
+
+
+def broker_visit_order(brokers: Collection[int]) -> list[int]:
+    """The order in which ZkReplicaStateMachine.handleStateChanges visits the brokers whose replicas go
+    OfflineReplica together (`replicas.groupBy(_.replica).forKeyValue`): the iteration order of Scala 2.13's
+    immutable.HashMap of Int keys. Built as that map is, a CHAMP trie: 5 bits of the improved hash per level,
+    lowest first, a key kept in the shallowest node where its bits are its own; foreachEntry walks a node's own
+    keys (by index), then its sub-nodes (by index), depth first."""
+    root: dict[str, dict[int, Any]] = {"keys": {}, "nodes": {}}
+
+    def insert(node: dict[str, dict[int, Any]], key: int, h: int, shift: int) -> None:
+        i = (h >> shift) & 31
+        if i in node["nodes"]:
+            insert(node["nodes"][i], key, h, shift + 5)
+        elif i in node["keys"]:
+            other = node["keys"].pop(i)
+            sub: dict[str, dict[int, Any]] = {"keys": {}, "nodes": {}}
+            node["nodes"][i] = sub
+            insert(sub, other[0], other[1], shift + 5)
+            insert(sub, key, h, shift + 5)
+        else:
+            node["keys"][i] = (key, h)
+
+    for b in dict.fromkeys(brokers):
+        insert(root, b, _improve(b), 0)
+
+    def walk(node: dict[str, dict[int, Any]]) -> Iterator[int]:
+        for i in sorted(node["keys"]):
+            yield node["keys"][i][0]
+        for i in sorted(node["nodes"]):
+            yield from walk(node["nodes"][i])
+
+    return list(walk(root))
