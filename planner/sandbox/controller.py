@@ -13,9 +13,9 @@ Differences from Kafka that do not change what ZooKeeper ends up holding: work o
 (one write per partition, many per transaction) instead of one request per partition; state reads come from
 the in-memory context, which a failed conditional write refreshes from ZooKeeper before retrying. Brokers
 stopped together send their ControlledShutdown requests one after another in the order given, each adding
-only itself to the shutting-down set (as measured on real Kafka 3.9 brokers). Where Kafka's order is a Scala
-hash-map order (the replicas of several brokers failing in one event leave the ISRs one broker at a time),
-the emulation takes them in ascending broker id: one of the orders Kafka may take, not the only one.
+only itself to the shutting-down set (as measured on real Kafka 3.9 brokers). The replicas of several brokers
+failing in one event leave the ISRs one broker at a time in Kafka's order, that of a Scala HashMap keyed by
+broker id (`election.broker_visit_order`).
 Not emulated: topic deletion (queued topics are only kept out of elections and reassignments), adding
 partitions to existing topics, log-dir failures, topic ids for topics that have none.
 
@@ -126,7 +126,7 @@ class Controller:
         self._load_context()
         # Replica state machine start-up: replicas on brokers that are not online go OfflineReplica, which
         # takes them out of the ISRs (or the leader away when they led).
-        for b in sorted(b for b in self.by_broker if not self.online(b)):
+        for b in election.broker_visit_order([b for b in self.by_broker if self.by_broker[b] and not self.online(b)]):
             self._remove_replica_from_isr(b, [p for p in self.by_broker[b] if p.has_state])
         # Partition state machine start-up.
         self.not_online.clear()
@@ -459,8 +459,11 @@ class Controller:
                           if p.has_state and not self.online(p.leader) and p.topic not in self.deleting]
         self._set_partition_state(offline_leader, OFFLINE)
         self._trigger_online_partition_state_change()
-        for b in sorted(dead):
-            self._remove_replica_from_isr(b, [p for p in self.by_broker.get(b, ()) if p.topic not in self.deleting])
+        # ZkReplicaStateMachine.handleStateChanges groups the offline replicas by broker (those of topics not
+        # queued for deletion): the keys of that map, in its iteration order
+        offline = {b: [p for p in self.by_broker.get(b, ()) if p.topic not in self.deleting] for b in dead}
+        for b in election.broker_visit_order([b for b in dead if offline[b]]):
+            self._remove_replica_from_isr(b, offline[b])
 
     def controlled_shutdown(self, broker: int) -> list[Part]:
         """One ControlledShutdownRequest from `broker` (`doControlledShutdown`); returns the partitions it
