@@ -7,9 +7,12 @@ against, partition by partition, and that sandbox runs will be compared with. Ev
 (dense matrices padded with -1), so a million-partition sweep has no Python loop over partitions.
 
 Conventions the text of KAFKA_ZK.md leaves open, fixed here (and followed by the Spark job):
-- "Remove the dead brokers from the ISR unless it is the only member": when every ISR member is going
-  away, the member that stays is the highest broker id, as if they left one at a time in ascending id
-  order (Kafka removes one replica at a time; each removal keeps a last member).
+- "Remove the dead brokers from the ISR unless it is the only member": Kafka removes the brokers that die in
+  one controller event one at a time, in the iteration order of a Scala HashMap keyed by broker id
+  (planner.scala_hashmap), each removal keeping a last member: where every ISR member dies, the one visited
+  last stays. A broker that was already dead before the event is not part of it and is not removed.
+  Deaths that may land in separate events (brokers killed "together") could leave another member: such rows
+  are `order_dependent` and name the others (`alternatives`).
 - Partitions with no state znode ("leaderless-new") get their first leader when the controller next
   handles a broker change, as Kafka's triggerOnlinePartitionStateChange does: leader = first live
   replica, ISR = the live replicas in assignment order; with no live replica they stay leaderless.
@@ -35,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from planner import risk_model as rm
+from planner import scala_hashmap
 from planner.codec import ReassignEntry
 from planner.errors import BadInput
 from planner.snapshot_io import Snapshot, list_to_matrix, matrix_to_list
@@ -97,6 +101,7 @@ class ClusterState:
     broker_ids: np.ndarray   # int32 (B,)
     alive: np.ndarray        # bool (B,)
     racks: list[str | None]  # (B,)
+    deleting: np.ndarray | None = None  # bool (P,) the topic is queued for deletion (None: no topic is)
 
     @property
     def rf(self) -> np.ndarray:
@@ -116,6 +121,15 @@ class ClusterState:
         lut[self.broker_ids[self.alive]] = True
         return lut
 
+    def hosting_ids(self) -> np.ndarray:
+        """The brokers holding a replica of a topic not queued for deletion (sorted): the brokers whose death
+        makes replicas go offline (KafkaController.onReplicasBecomeOffline's newOfflineReplicasNotForDeletion)."""
+        reps = self.replicas if self.deleting is None else self.replicas[~self.deleting]
+        return np.unique(reps[reps >= 0]).astype(np.int32)
+
+    def hosting_lut(self, size: int) -> np.ndarray:
+        return _lut(self.hosting_ids().tolist(), size)
+
     @classmethod
     def from_snapshot(cls, snap: Snapshot) -> ClusterState:
         parts = snap.partitions
@@ -130,11 +144,16 @@ class ClusterState:
         by_name = {t: i for i, t in enumerate(topics.column("topic").to_pylist())}
         t_min = topics.column("min_insync_replicas").to_numpy(zero_copy_only=False)
         t_unclean = topics.column("unclean_leader_election").to_numpy(zero_copy_only=False)
+        t_deleting = (np.asarray(topics.column("queued_for_deletion").fill_null(False).to_numpy(zero_copy_only=False),
+                                 dtype=bool) if "queued_for_deletion" in topics.column_names
+                      else np.zeros(topics.num_rows, dtype=bool))
         # A partition whose topic row is missing gets Kafka's defaults (min ISR 1, unclean off).
         rows = np.array([by_name.get(n, -1) for n in names], dtype=np.int64)
         min_by_topic = np.where(rows >= 0, t_min[np.maximum(rows, 0)] if len(t_min) else 1, 1)
         unclean_by_topic = np.where(rows >= 0, t_unclean[np.maximum(rows, 0)] if len(t_unclean) else False,
                                     False)
+        deleting_by_topic = np.where(rows >= 0, t_deleting[np.maximum(rows, 0)] if len(t_deleting) else False,
+                                     False).astype(bool)
         reps = list_to_matrix(parts.column("replicas"))
         isr = list_to_matrix(parts.column("isr"))
         width = max(reps.shape[1], isr.shape[1])
@@ -152,6 +171,7 @@ class ClusterState:
             broker_ids=b.column("broker").to_numpy().astype(np.int32),
             alive=b.column("alive").to_numpy(zero_copy_only=False).astype(bool),
             racks=b.column("rack").to_pylist(),
+            deleting=deleting_by_topic[tidx] if deleting_by_topic.any() else None,
         )
 
     def row_index(self, topics: Sequence[str], partitions: Sequence[int]) -> np.ndarray:
@@ -224,9 +244,10 @@ class Outcome:
     leader_changes: how often the partition's leader changed during the scenario (each controlled-shutdown
     move, and the election when the brokers stopped); blocks_shutdown: the broker whose controlled shutdown
     this partition made fail (-1: none); clean_return: for partitions left without a leader, the dead ISR
-    members, one of which the ISR keeps: the partition comes back cleanly when that one returns (when all of
-    them return, surely); order_dependent: several of them could be the one kept (Kafka removes the dead
-    replicas one broker at a time in a hash-map order nobody controls)."""
+    ISR members, the one the ISR keeps first: the partition comes back cleanly when one of its members returns
+    (when all of them return, surely); order_dependent: several brokers of the event were its last members,
+    and the one kept follows Kafka's order only if their deaths land in one controller event (otherwise the
+    one noticed last stays); alternatives: for those rows, the others the ISR may keep instead."""
 
     leader: np.ndarray
     isr: np.ndarray
@@ -237,6 +258,7 @@ class Outcome:
     blocks_shutdown: np.ndarray = None  # type: ignore[assignment]
     clean_return: np.ndarray = None  # type: ignore[assignment]
     order_dependent: np.ndarray = None  # type: ignore[assignment]
+    alternatives: np.ndarray = None  # type: ignore[assignment]
 
 
 def offline_clean_election(replicas: np.ndarray, isr: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -258,25 +280,43 @@ def new_partition_leader(replicas: np.ndarray, live: np.ndarray) -> tuple[np.nda
 
 
 def remove_from_isr(isr: np.ndarray, gone: np.ndarray) -> np.ndarray:
-    """Remove the brokers in `gone` (lookup table) from each ISR, except that an ISR never empties: where
-    every member is gone, the highest id stays (one-at-a-time removal in ascending id order keeps the last)."""
-    return remove_members(isr, _in(isr, gone))
+    """Remove the brokers in `gone` (lookup table), dying in one controller event, from each ISR, except that
+    an ISR never empties: where every member is gone, the one Kafka visits last stays (`death_order`)."""
+    return remove_visited(isr, scala_hashmap.visit_rank(np.flatnonzero(gone), len(gone)))[0]
 
 
-def remove_members(isr: np.ndarray, leaving: np.ndarray) -> np.ndarray:
-    """remove_from_isr with a per-entry mask of the members that leave."""
+def death_order(brokers: Iterable[int], registered: np.ndarray, hosting: np.ndarray) -> np.ndarray:
+    """The brokers that die in one controller event as Kafka visits them (lookup table: visit position, -1
+    for brokers not in the event): the ones of `brokers` that were registered and hold a replica (`hosting`)
+    are the keys of ZkReplicaStateMachine.handleStateChanges' groupBy, visited in Scala's HashMap order."""
+    size = len(registered)
+    keys = [b for b in brokers if 0 <= b < size and registered[b] and hosting[b]]
+    return scala_hashmap.visit_rank(keys, size)
+
+
+def remove_visited(isr: np.ndarray, visit: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Kafka's doRemoveReplicasFromIsr for each broker of the event in visit order (`visit`: lookup table of
+    visit positions, -1 = not in the event): a broker leaves the ISR unless it is the only member left. So
+    every event member leaves, except where that would empty the ISR: there the member visited last stays.
+    Returns (the new ISRs, rows where that last member stayed, the per-entry visit positions)."""
+    rank = np.where(isr >= 0, visit[np.clip(isr, 0, len(visit) - 1)], -1) if len(visit) else np.full(isr.shape, -1)
+    leaving = rank >= 0
     kept = _keep(isr, ~leaving)
-    emptied = (_size(kept) == 0) & (_size(isr) > 0)
+    emptied = (_size(kept) == 0) & leaving.any(axis=1)
     if emptied.any():
-        kept[emptied, 0] = isr[emptied].max(axis=1)
-    return kept
+        rows = np.flatnonzero(emptied)
+        kept[rows, 0] = isr[rows, rank[rows].argmax(axis=1)]
+    return kept, emptied, rank
 
 
-def hard_failure(b: Batch, gone: np.ndarray, live: np.ndarray) -> Outcome:
+def hard_failure(b: Batch, gone: np.ndarray, live: np.ndarray, visit: np.ndarray | None = None) -> Outcome:
     """Hard failure of the set `gone` (kill): partitions led by it (and already-offline ones) are re-elected
     with the offline rule, clean first, then unclean where the topic allows it; where nobody is elected the
-    leader is -1. Then every gone broker leaves every ISR, unless it is the only member. Leaderless-new
-    partitions get their first leader if a replica is live."""
+    leader is -1. Then the brokers dying in this event (`visit`, from `death_order`; default: all of `gone`)
+    leave every ISR one at a time in Kafka's order, unless one is the only member (`remove_visited`).
+    Leaderless-new partitions get their first leader if a replica is live."""
+    if visit is None:
+        visit = scala_hashmap.visit_rank(np.flatnonzero(gone), len(gone))
     clean_leader, clean_isr = offline_clean_election(b.replicas, b.isr, live)
     first_live = offline_unclean_election(b.replicas, live)
     elect = b.has_state & (_in(b.leader, gone) | (b.leader < 0))
@@ -292,27 +332,33 @@ def hard_failure(b: Batch, gone: np.ndarray, live: np.ndarray) -> Outcome:
     isr[unclean] = -1
     isr[unclean, 0] = first_live[unclean]
     leader[none] = -1
-    isr = remove_from_isr(isr, gone)
+    before = isr
+    isr, emptied, rank = remove_visited(before, visit)
 
     new = ~b.has_state
     new_leader, new_isr = new_partition_leader(b.replicas, live)
     leader[new] = new_leader[new]
     isr[new] = new_isr[new]
     has_state = b.has_state | (new & (new_leader >= 0))
-    # Leaderless afterwards: the ISR (before the dead left it) holds no live broker, and keeps one of its
-    # members; which one depends on Kafka's removal order when several of them died in this event.
+    # Leaderless afterwards: no ISR member is live, and the ISR keeps its dead members that were not in this
+    # event, or else the event's member visited last. Had the deaths landed in separate events (brokers killed
+    # "together" are not always noticed together), the one noticed last would stay instead: any of them.
     leaderless = has_state & (leader < 0)
-    clean_return = np.where(leaderless[:, None], _keep(b.isr, ~_in(b.isr, live)), -1).astype(np.int32)
+    order_dependent = leaderless & emptied & ((rank >= 0).sum(axis=1) >= 2)
+    alternatives = np.where(order_dependent[:, None], _keep(before, (rank >= 0) & (before != isr[:, :1])), -1)
+    clean_return = _keep(np.concatenate([isr, alternatives], axis=1), leaderless[:, None])
     changed = (leader >= 0) & (leader != b.leader) & b.has_state
     return Outcome(leader, isr, has_state, unclean, first_live >= 0,
                    leader_changes=changed.astype(np.int32),
                    blocks_shutdown=np.full(len(leader), -1, dtype=np.int32),
                    clean_return=clean_return,
-                   order_dependent=leaderless & (_in(b.isr, gone).sum(axis=1) >= 2))
+                   order_dependent=order_dependent,
+                   alternatives=alternatives.astype(np.int32))
 
 
 def controlled_shutdown(b: Batch, stopping: np.ndarray, live: np.ndarray,
-                        order: Sequence[int] | None = None, alive: np.ndarray | None = None) -> Outcome:
+                        order: Sequence[int] | None = None, alive: np.ndarray | None = None,
+                        visit: np.ndarray | None = None) -> Outcome:
     """Controlled shutdown of the brokers `stopping`, one ControlledShutdown request at a time in `order`
     (default: ascending id), then the brokers stop. Kafka's doControlledShutdown, per request of broker k:
     S grows by k; partitions with RF > 1 and a state led by k move to the first replica that is registered
@@ -321,8 +367,9 @@ def controlled_shutdown(b: Batch, stopping: np.ndarray, live: np.ndarray,
     follows drop k from the ISR unless it is the only member. Partitions led by k with no candidate make k's
     request fail (they stay k's: later requests cannot free them, S only grows), so k retries and then stops
     anyway. RF = 1 partitions are no obstacle (Kafka's partitionLeadersOnBroker counts RF > 1 only). Every
-    stopping broker then stops: a hard failure for what was not moved away. A stopping broker that is
-    already dead (`alive`, default: all of them alive) sends no request and is no candidate.
+    stopping broker then stops: a hard failure for what was not moved away (`visit`: the order of that event,
+    default: every registered stopping broker). A stopping broker that is already dead (`alive`, default: all
+    of them alive) sends no request, is no candidate and is not part of the event.
     """
     registered = live | (stopping if alive is None else stopping & alive)
     ids = list(dict.fromkeys(int(x) for x in order)) if order is not None else np.flatnonzero(stopping).tolist()
@@ -355,7 +402,9 @@ def controlled_shutdown(b: Batch, stopping: np.ndarray, live: np.ndarray,
         blocks[r[led & ~moved]] = k
         isr[fr] = _keep(ik[followed], ik[followed] != k)
     # The brokers then stop: everything not moved away gracefully meets the hard-failure rule.
-    out = hard_failure(replace(b, leader=leader, isr=isr), stopping, live)
+    if visit is None:
+        visit = scala_hashmap.visit_rank(np.flatnonzero(stopping & registered), len(stopping))
+    out = hard_failure(replace(b, leader=leader, isr=isr), stopping, live, visit)
     out.leader_changes = changes + out.leader_changes
     out.blocks_shutdown = blocks
     return out
@@ -449,18 +498,20 @@ def _batch(st: ClusterState, rows: np.ndarray, leader: np.ndarray, isr: np.ndarr
 
 
 def apply_rule(b: Batch, mode: str, gone: np.ndarray, live: np.ndarray,
-               order: Sequence[int] | None = None, alive: np.ndarray | None = None) -> Outcome:
+               order: Sequence[int] | None = None, alive: np.ndarray | None = None,
+               visit: np.ndarray | None = None) -> Outcome:
     if mode == "controlled":
-        return controlled_shutdown(b, gone, live, order, alive)
+        return controlled_shutdown(b, gone, live, order, alive, visit)
     if mode == "failure":
-        return hard_failure(b, gone, live)
+        return hard_failure(b, gone, live, visit)
     raise ValueError(f"mode must be one of {rm.MODES}, got {mode!r}")
 
 
 def predict(state: ClusterState | Snapshot, brokers: Iterable[int], mode: str) -> pa.Table:
-    """What the cluster looks like once `brokers` are stopped (mode controlled) or killed (mode failure):
-    one row per partition of the snapshot (unaffected ones unchanged), keyed by (topic, partition), with
-    leader, isr, offline and has_state. This is what a sandbox run is compared with."""
+    """What the cluster looks like once `brokers` are stopped (mode controlled) or killed (mode failure, their
+    deaths in one controller event): one row per partition of the snapshot (unaffected ones unchanged), keyed
+    by (topic, partition), with leader, isr, offline, has_state and isr_alternatives (the other brokers the
+    ISR may keep if the deaths land in separate events). This is what a sandbox run is compared with."""
     st = state if isinstance(state, ClusterState) else ClusterState.from_snapshot(state)
     brokers = list(dict.fromkeys(int(b) for b in brokers))  # the order controlled shutdowns are requested in
     size = st.lut_size(brokers)
@@ -468,9 +519,13 @@ def predict(state: ClusterState | Snapshot, brokers: Iterable[int], mode: str) -
     live = st.alive_lut(size) & ~gone
     rows = _Index(st.replicas).rows_on(brokers)
     leader, isr, has_state = st.leader.copy(), st.isr.copy(), st.has_state.copy()
-    out = apply_rule(_batch(st, rows, leader, isr, has_state), mode, gone, live, brokers, st.alive_lut(size))
+    alive = st.alive_lut(size)
+    visit = death_order(brokers, alive, st.hosting_lut(size))
+    out = apply_rule(_batch(st, rows, leader, isr, has_state), mode, gone, live, brokers, alive, visit)
     leader[rows], has_state[rows] = out.leader, out.has_state
     isr[rows] = _pad(out.isr, isr.shape[1])[:, : isr.shape[1]]
+    alternatives = np.full(isr.shape, -1, dtype=np.int32)
+    alternatives[rows] = _pad(out.alternatives, isr.shape[1])[:, : isr.shape[1]]
     names = np.asarray(st.topic_names, dtype=object)
     return pa.table({
         "topic": pa.array(names[st.topic_idx], pa.string()) if len(names) else pa.array([], pa.string()),
@@ -479,6 +534,7 @@ def predict(state: ClusterState | Snapshot, brokers: Iterable[int], mode: str) -
         "isr": matrix_to_list(isr),
         "offline": pa.array(leader < 0),
         "has_state": pa.array(has_state),
+        "isr_alternatives": matrix_to_list(alternatives),
     })
 
 
@@ -537,8 +593,9 @@ def _row_table(st: ClusterState, sid: int, rows: np.ndarray, isr_before: np.ndar
                                else pa.nulls(len(rows), pa.int32()))
     cols["leader_changes"] = pa.array(env["leader_changes"], pa.int32())
     cols["shutdown_blocked_by"] = pa.array(env["shutdown_blocked_by"], pa.int32())
-    cols["clean_return"] = (matrix_to_list(out.clean_return) if out.clean_return is not None
-                            else pa.array([[]] * len(rows), pa.list_(pa.int32())))
+    no_list = pa.array([[]] * len(rows), pa.list_(pa.int32()))
+    cols["clean_return"] = matrix_to_list(out.clean_return) if out.clean_return is not None else no_list
+    cols["isr_alternatives"] = matrix_to_list(out.alternatives) if out.alternatives is not None else no_list
     cols["demoted_from"] = (pa.array(demoted_from, pa.int32(), mask=demoted_from < 0) if demoted_from is not None
                             else pa.nulls(len(rows), pa.int32()))
     return pa.table(cols)
@@ -553,6 +610,7 @@ def replay(state: ClusterState, scenarios: Sequence[rm.Scenario], kafka_version:
     info: list[dict] = []
     states = {"current": state, "plan": plan_state}
     indexes: dict[str, _Index] = {}
+    hosting: dict[str, list[int]] = {}
     # Rolling sequences carry state between their steps: leader/isr/has_state of the whole cluster.
     carried: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for s in sorted(scenarios, key=lambda x: x.id):
@@ -561,10 +619,12 @@ def replay(state: ClusterState, scenarios: Sequence[rm.Scenario], kafka_version:
             raise ValueError(f"scenario {s.name} needs the plan state")
         if s.state not in indexes:
             indexes[s.state] = _Index(st.replicas)
+            hosting[s.state] = st.hosting_ids().tolist()
         size = st.lut_size(s.brokers)
         alive = st.alive_lut(size)
         gone = _lut(s.brokers, size)
         live = alive & ~gone
+        visit = death_order(s.brokers, alive, _lut(hosting[s.state], size))
         if s.kind == "rolling" and s.step > 1:
             leader_all, isr_all, hs_all = carried[s.sequence]
         else:
@@ -574,7 +634,7 @@ def replay(state: ClusterState, scenarios: Sequence[rm.Scenario], kafka_version:
         base_leader, demoted_from = b.leader, None
         if s.kind == "restart":   # the roll demotes the step's broker before it stops
             b, demoted_from, _ = demote(b, s.brokers[0], alive)
-        out = apply_rule(b, s.mode, gone, live, s.brokers, alive)
+        out = apply_rule(b, s.mode, gone, live, s.brokers, alive, visit)
         env = _facts(st, rows, b.leader, out, eff_min, s.mode, gone)
         if s.kind == "rolling":
             leader_r, isr_r, hs_r = return_brokers(b, out, b.isr, gone, alive)

@@ -516,8 +516,9 @@ def _failure_notes(r: dict[str, Any]) -> list[str]:
         notes.append(f"{r.get('unavailable_until_expiry', 0)} partitions unanswered for up to "
                      f"{r['unavailable_window_s']:g} s, until the killed brokers' ZooKeeper sessions expire")
     if r.get("isr_order_dependent"):
-        notes.append(f"{r['isr_order_dependent']} leaderless partitions keep one of several dead ISR members "
-                     "(Kafka's order decides which): see clean_return")
+        notes.append(f"{r['isr_order_dependent']} leaderless partitions lose several ISR members at once: the one "
+                     "kept is Kafka's if the deaths are noticed in one controller event, another if not "
+                     "(isr_alternatives)")
     return notes
 
 
@@ -592,10 +593,13 @@ def format_report(summary: dict[str, Any], colour: bool = False, limit: int = 20
                                 "under_replicated", "rf1_hit", "moved_twice") if p.get(k)]
             if p.get("shutdown_blocked_by", -1) >= 0:
                 what.append(f"blocks broker {p['shutdown_blocked_by']}'s controlled shutdown")
-            back = p.get("clean_return") or []
-            if p.get("offline") and back:
-                what.append(("back cleanly when one of " if p.get("isr_order_dependent") else "back cleanly when ")
-                            + f"{','.join(map(str, back))} returns")
+            back = p.get("new_isr") or [] if p.get("offline") else []
+            other = p.get("isr_alternatives") or []
+            if back:
+                what.append(("back cleanly when one of " if len(back) > 1 else "back cleanly when ")
+                            + f"{','.join(map(str, back))} returns"
+                            + (f" ({' or '.join(map(str, other))} instead if the deaths are noticed in separate "
+                               "controller events)" if other else ""))
             lines.append(f"  {p['topic']}-{p['partition']}: replicas {p['replicas']} leader {p['leader']} isr {p['isr']}"
                          f" -> leader {p['new_leader']} isr {p['new_isr']}  [{', '.join(what)}]")
     return "\n".join(lines)

@@ -302,9 +302,10 @@ def load_partitions(spark: Any, prepared: risk_lib.Prepared) -> Any:
 # ---------------------------------------------------------------------------------- election rules
 # The rules of planner.replay as stages of named columns; a stage reads inputs and earlier stages through
 # `g(name)`. Inputs: replicas, isr, leader, has_state, unclean, rf (the partition), s (brokers going away, in
-# the order their controlled shutdowns are requested), down (s plus brokers already dead), dead, controlled
-# (bool). Outputs: new_leader, new_isr, new_has_state, unclean_taken, live_replica_exists, leader_changes,
-# shutdown_blocked_by, clean_return, order_dependent. Names starting with "_" are intermediate. Most rows
+# the order their controlled shutdowns are requested), down (s plus brokers already dead), dead, ev (the
+# brokers of s that die in the event, in the order Kafka visits them: `visit_order`), controlled (bool).
+# Outputs: new_leader, new_isr, new_has_state, unclean_taken, live_replica_exists, leader_changes,
+# shutdown_blocked_by, clean_return, order_dependent, isr_alternatives. Names starting with "_" are intermediate. Most rows
 # only lose a follower, so the election candidates are computed lazily, for the rows that need an election.
 Stage = Callable[[Callable[[str], Any]], dict[str, Any]]
 
@@ -368,8 +369,9 @@ def _stage_who(g: Callable[[str], Any]) -> dict[str, Any]:
     leader, isr = g("_req")["leader"], g("_req")["isr"]
     led_gone = F.array_contains(g("s"), leader)
     elect = g("has_state") & (led_gone | (leader < 0))  # hard failure re-elects these (offline rule)
-    return {"_cleader": leader, "_cisr": isr, "_elect": elect, "_needs": elect | ~g("has_state"),
-            "_kept": minus(isr, g("s"))}
+    evm = F.array_intersect(g("ev"), isr)   # the ISR's members dying in the event, in the order Kafka visits them
+    return {"_cleader": leader, "_cisr": isr, "_elect": elect, "_needs": elect | ~g("has_state"), "_evm": evm,
+            "_kept": F.when(F.size(evm) == 0, isr).otherwise(F.array_except(isr, evm))}
 
 
 def _stage_candidates(g: Callable[[str], Any]) -> dict[str, Any]:
@@ -404,17 +406,26 @@ def _stage_result(g: Callable[[str], Any]) -> dict[str, Any]:
     clean, live_isr, live_reps = g("_cand")["clean"], g("_cand")["live_isr"], g("_cand")["live_reps"]
     new = ~g("has_state")
     kept, cisr, cleader = g("_kept"), g("_cisr"), g("_cleader")
-    # planner.replay.remove_from_isr: an ISR never empties, the highest gone member stays
-    removed = F.when((F.size(kept) == 0) & (F.size(cisr) > 0), F.array(F.array_max(cisr))).otherwise(kept)
+    # planner.replay.remove_visited: the event's brokers leave one at a time in Kafka's order, an ISR never
+    # empties: where all its members die, the one visited last stays
+    emptied = (F.size(kept) == 0) & (F.size(cisr) > 0)
+    last = F.element_at(g("_evm"), -1)
+    removed = F.when(emptied, F.array(last)).otherwise(kept)
     new_leader = (F.when(new, F.coalesce(g("_first_live"), F.lit(-1)))
                   .when(g("_by_clean"), clean).when(g("_by_unclean"), g("_first_live"))
                   .when(g("_elect"), F.lit(-1)).otherwise(cleader)).cast("int")
     has_state = g("has_state") | g("_first_live").isNotNull()
     leaderless = has_state & (new_leader < 0)
+    # several of the event's brokers were the ISR's last members: had their deaths been noticed in separate
+    # events, the one noticed last would stay instead
+    order_dependent = leaderless & emptied & (F.size(g("_evm")) >= 2)
+    no_one = F.array().cast("array<int>")
+    alternatives = F.when(order_dependent, F.array_remove(F.array_intersect(cisr, g("_evm")), last)).otherwise(no_one)
+    new_isr = (F.when(new, live_reps).when(g("_by_clean"), live_isr)
+               .when(g("_by_unclean"), F.array(g("_first_live"))).otherwise(removed))
     return {
         "new_leader": new_leader,
-        "new_isr": (F.when(new, live_reps).when(g("_by_clean"), live_isr)
-                    .when(g("_by_unclean"), F.array(g("_first_live"))).otherwise(removed)),
+        "new_isr": new_isr,
         "new_has_state": has_state,
         "unclean_taken": g("_by_unclean"),
         # only read for offline partitions (would-need-unclean), which always went through `_needs`
@@ -422,9 +433,10 @@ def _stage_result(g: Callable[[str], Any]) -> dict[str, Any]:
         "leader_changes": (g("_req")["moves"] + F.when(g("has_state") & (new_leader >= 0) & (new_leader != cleader), 1)
                            .otherwise(0)).cast("int"),
         "shutdown_blocked_by": g("_req")["blocked"].cast("int"),
-        # leaderless: the dead ISR members, one of which the ISR keeps (several: Kafka's order decides)
-        "clean_return": F.when(leaderless, F.array_intersect(cisr, g("down"))).otherwise(F.array().cast("array<int>")),
-        "order_dependent": leaderless & (F.size(F.array_intersect(cisr, g("s"))) >= 2),
+        # leaderless: the ISR's (dead) members, then the others it may keep instead
+        "clean_return": F.when(leaderless, F.concat(new_isr, alternatives)).otherwise(no_one),
+        "order_dependent": order_dependent,
+        "isr_alternatives": alternatives,
     }
 
 
@@ -465,27 +477,110 @@ def _frame(spark: Any, columns: dict[str, tuple[pa.DataType, list]]) -> Any:
 
 
 _INTS = pa.list_(pa.int32())
-_STEP = pa.struct([("sid", pa.int32()), ("s", _INTS), ("down", _INTS)])
+_STEP = pa.struct([("sid", pa.int32()), ("s", _INTS), ("down", _INTS), ("ev", _INTS)])
 _MODE = pa.struct([("sid", pa.int32()), ("mode", pa.string())])
 
+_HASH_MASK = 0xFFFFFFFF
 
-def scenario_frames(spark: Any, scenarios: list[rm.Scenario], dead: list[int]) -> tuple[Any, Any]:
+
+def _improve(k: Any) -> Any:
+    """scala.collection.Hashing.improve of an Int key (a bigint column holding it; 32-bit arithmetic kept
+    in the low bits of a bigint, so ANSI mode sees no overflow)."""
+    from pyspark.sql import functions as F
+
+    m = F.lit(_HASH_MASK).cast("long")
+    h = (k + F.bitwise_not(F.shiftleft(k, 9)).bitwiseAND(m)).bitwiseAND(m)
+    h = h.bitwiseXOR(F.shiftright(h, 14))
+    h = (h + F.shiftleft(h, 4).bitwiseAND(m)).bitwiseAND(m)
+    return h.bitwiseXOR(F.shiftright(h, 10))
+
+
+def visit_order(keys: Any) -> Any:
+    """The broker ids of the array column `keys` in the order Scala 2.13's immutable.HashMap (a CHAMP trie)
+    iterates them: what ZkReplicaStateMachine.handleStateChanges' `groupBy(_.replica).forKeyValue` visits
+    (planner.scala_hashmap explains the order). Per key, over the 5-bit chunks of its improved hash, lowest
+    first: its level is the deepest one at which another key still shares all lower chunks; its sort key
+    holds, for each level down to its own, (0 at its own level else 1, the chunk) in 6 bits. Evaluated on the
+    scenario rows (a few hundred), never per partition."""
+    from pyspark.sql import functions as F
+
+    hashed = F.transform(keys, lambda k: F.struct(k.alias("k"), _improve(k.cast("long")).alias("h")))
+
+    def shared(x: Any) -> Any:   # how many of the lowest 5-bit chunks of two hashes are equal (x = h1 ^ h2)
+        return sum(F.when(x.bitwiseAND(F.lit((1 << (5 * (lv + 1))) - 1).cast("long")) == 0, 1).otherwise(0)
+                   for lv in range(6))
+
+    def keyed(x: Any) -> Any:
+        depth = F.aggregate(hashed, F.lit(0), lambda acc, y: F.greatest(
+            acc, F.when(y["k"] == x["k"], 0).otherwise(shared(x["h"].bitwiseXOR(y["h"])))))
+
+        def key(d: Any) -> Any:
+            parts = [F.when(F.lit(lv) <= d, F.shiftleft(F.when(d == lv, 0).otherwise(32).cast("long")
+                                                        + F.shiftright(x["h"], 5 * lv).bitwiseAND(31), 6 * (6 - lv)))
+                     .otherwise(0) for lv in range(7)]
+            return F.struct(sum(parts).alias("key"), x["k"].alias("k"))
+
+        return _let(depth, key)
+
+    return F.transform(F.array_sort(F.transform(hashed, keyed)), lambda e: e["k"])
+
+
+def hosting(prepared: risk_lib.Prepared) -> dict[str, set[int]]:
+    """Per state, the brokers holding a replica of an evaluated partition of a topic not queued for deletion:
+    the brokers whose death takes replicas offline, so the keys of the controller's per-broker HashMap
+    (planner.replay.ClusterState.hosting_ids, computed here from the snapshot's columns)."""
+    import pyarrow.compute as pc
+
+    info = prepared.info
+    t = info.partition_columns(["topic", "partition", "replicas", "state_error"])
+    topic = t.column("topic")
+    topic = pc.cast(topic, pa.string()) if pa.types.is_dictionary(topic.type) else topic
+    deleting = [n for n, d in zip(info.topics.column("topic").to_pylist(),
+                                  info.topics.column("queued_for_deletion").to_pylist(), strict=True) if d]
+    keep = pc.and_(pc.is_null(t.column("state_error")),
+                   pc.invert(pc.is_in(topic, value_set=pa.array(deleting, pa.string()))))
+    reps = pc.filter(t.column("replicas"), keep)
+    out = {"current": set(pc.unique(pc.list_flatten(reps)).to_pylist())}
+    if prepared.plan_entries is not None:
+        entries = [e for e in prepared.plan_entries if e.topic not in set(deleting)]
+        keys = pc.binary_join_element_wise(pc.filter(topic, keep),
+                                           pc.cast(pc.filter(t.column("partition"), keep), pa.string()), "\t")
+        moved = pc.is_in(keys, value_set=pa.array([f"{e.topic}\t{e.partition}" for e in prepared.plan_entries],
+                                                   pa.string()))
+        kept = pc.list_flatten(pc.filter(reps, pc.invert(moved)))
+        out["plan"] = set(pc.unique(kept).to_pylist()) | {b for e in entries for b in e.replicas}
+    return out
+
+
+def scenario_frames(spark: Any, scenarios: list[rm.Scenario], dead: list[int],
+                    holders: dict[str, set[int]] | None = None) -> tuple[Any, Any]:
     """(one-shot broker-set x broker rows, rolling sequence x broker rows) as small DataFrames.
 
     One-shot scenarios with the same brokers and state (the modes of one drain) form one group: a
     partition is joined and its election candidates computed once per group, then split per mode. A
-    restart step is one-shot too, with its broker demoted first (`demote`)."""
+    restart step is one-shot too, with its broker demoted first (`demote`). `ev`: the brokers whose death is
+    the scenario's controller event (registered, holding a replica in the state: `holders`), in the order
+    Kafka visits them (`visit_order`)."""
+    from pyspark.sql import functions as F
+
+    gone_dead = set(dead)
+
+    def event(state: str, bs: list[int]) -> list[int]:
+        return [b for b in bs if b not in gone_dead and (holders is None or b in holders.get(state, ()))]
+
     groups: dict[tuple[str, tuple[int, ...], bool], list[rm.Scenario]] = {}
     for s in scenarios:
         if s.kind != "rolling":  # s keeps the scenario's order: controlled shutdowns are requested in it
             groups.setdefault((s.state, tuple(dict.fromkeys(s.brokers)), s.kind == "restart"), []).append(s)
-    one = [(state, list(bs), sorted(set(bs) | set(dead)), sorted(dead), [{"sid": x.id, "mode": x.mode} for x in members], b,
-            demote) for (state, bs, demote), members in groups.items() for b in bs]
+    one = [(state, list(bs), sorted(set(bs) | set(dead)), sorted(dead), [{"sid": x.id, "mode": x.mode} for x in members],
+            demote, event(state, list(bs))) for (state, bs, demote), members in groups.items()]
     one_df = _frame(spark, dict(zip(
-        ["state", "s", "down", "dead", "modes", "broker", "demote"],
+        ["state", "s", "down", "dead", "modes", "demote", "ev"],
         [(t, [r[i] for r in one]) for i, t in enumerate([pa.string(), _INTS, _INTS, _INTS, pa.list_(_MODE),
-                                                          pa.int32(), pa.bool_()])],
+                                                          pa.bool_(), _INTS])],
         strict=True)))
+    # the order once per group, then a row per broker of the group (the join key)
+    one_df = one_df.withColumn("ev", visit_order(F.col("ev"))).select("*", F.explode("s").alias("broker"))
     seqs: dict[int, list[rm.Scenario]] = {}
     for s in scenarios:
         if s.kind == "rolling":
@@ -494,13 +589,15 @@ def scenario_frames(spark: Any, scenarios: list[rm.Scenario], dead: list[int]) -
     for steps in seqs.values():
         steps.sort(key=lambda x: x.step)
         union = sorted({b for x in steps for b in x.brokers})
-        st = [{"sid": x.id, "s": list(x.brokers), "down": sorted(set(x.brokers) | set(dead))} for x in steps]
+        st = [{"sid": x.id, "s": list(x.brokers), "down": sorted(set(x.brokers) | set(dead)),
+               "ev": event(x.state, list(x.brokers))} for x in steps]
         for b in union:
             roll.append((steps[0].sequence, steps[0].state, steps[0].mode, union, st, b))
     roll_df = _frame(spark, dict(zip(
         ["sequence", "state", "mode", "s", "steps", "broker"],
         [(t, [r[i] for r in roll]) for i, t in enumerate([pa.int32(), pa.string(), pa.string(), _INTS,
                                                           pa.list_(_STEP), pa.int32()])], strict=True)))
+    roll_df = roll_df.withColumn("steps", F.transform("steps", lambda x: x.withField("ev", visit_order(x["ev"]))))
     return one_df, roll_df
 
 
@@ -515,7 +612,7 @@ def _affected(parts: Any, table: Any) -> Any:
     return j.where(first).drop("broker")
 
 
-_STEP_OUT = ["leader_changes", "shutdown_blocked_by", "clean_return", "order_dependent"]
+_STEP_OUT = ["leader_changes", "shutdown_blocked_by", "clean_return", "order_dependent", "isr_alternatives"]
 _ROW = ["scenario_id", "topic", "partition", "replicas", "rf", "min_isr", "unclean", "leader", "isr",
         "new_leader", "new_isr", "unclean_taken", "live_replica_exists", "returned_leader", "controlled",
         "leader_gone", *_STEP_OUT, "demoted_from"]
@@ -554,7 +651,8 @@ def one_shot_rows(parts: Any, one_df: Any) -> Any:
 
 _OUT_TYPE = ("array<struct<sid:int, leader:int, isr:array<int>, new_leader:int, new_isr:array<int>, "
              "unclean_taken:boolean, live_replica_exists:boolean, returned_leader:int, leader_gone:boolean, "
-             "leader_changes:int, shutdown_blocked_by:int, clean_return:array<int>, order_dependent:boolean>>")
+             "leader_changes:int, shutdown_blocked_by:int, clean_return:array<int>, order_dependent:boolean, "
+             "isr_alternatives:array<int>>>")
 
 
 _FOLD_CACHE: dict[int, Any] = {}
@@ -575,11 +673,13 @@ def _rolling_fold() -> Any:
 
     def merge(acc: Any, st: Any) -> Any:
         env = {**const, "isr": acc["isr"], "leader": acc["leader"], "has_state": acc["has_state"],
-               "s": st["s"], "down": st["down"], "dead": F.col("dead"), "controlled": F.col("controlled")}
+               "s": st["s"], "down": st["down"], "dead": F.col("dead"), "ev": st["ev"],
+               "controlled": F.col("controlled")}
 
         def after_step(e: dict[str, Any]) -> Any:
             back = {**const, "isr": e["new_isr"], "leader": e["new_leader"], "has_state": e["new_has_state"],
-                    "s": no_one, "down": F.col("dead"), "dead": F.col("dead"), "controlled": F.lit(False)}
+                    "s": no_one, "down": F.col("dead"), "dead": F.col("dead"), "ev": no_one,
+                    "controlled": F.lit(False)}
 
             def after_return(r: dict[str, Any]) -> Any:
                 # planner.replay.return_brokers: elect offline/new partitions, then the returning ISR
@@ -639,7 +739,7 @@ def evaluate(spark: Any, prepared: risk_lib.Prepared, parts: Any | None = None) 
     """Every (scenario, affected partition) row with its outcome columns (risk_model.ROW_COLUMNS)."""
     parts = parts if parts is not None else load_partitions(spark, prepared)
     dead = sorted(b for b, ok in prepared.info.alive.items() if not ok)
-    one_df, roll_df = scenario_frames(spark, prepared.scenarios, dead)
+    one_df, roll_df = scenario_frames(spark, prepared.scenarios, dead, hosting(prepared))
     rows = one_shot_rows(parts, one_df)
     if any(s.kind == "rolling" for s in prepared.scenarios):
         rows = rows.unionByName(rolling_rows(parts, roll_df, dead))
@@ -767,7 +867,7 @@ def worst_partitions(spark: Any, rows: Any, severities: dict[int, list[int]], sc
     th = _frame(spark, {"scenario_id": (pa.int32(), [x for x, _ in floor]), "_floor": (pa.int8(), [t for _, t in floor])})
     w = Window.partitionBy("scenario_id").orderBy(F.desc("severity"), "topic", "partition")
     keep = ["scenario_id", "topic", "partition", "replicas", "leader", "isr", "new_leader", "new_isr", "severity",
-            *rm.OUTCOMES, "leader_changes", "shutdown_blocked_by", "clean_return"]
+            *rm.OUTCOMES, "leader_changes", "shutdown_blocked_by", "clean_return", "isr_alternatives"]
     return (rows.join(F.broadcast(th), "scenario_id").where(F.col("severity") >= F.col("_floor"))
             .withColumn("_rn", F.row_number().over(w)).where(F.col("_rn") <= k).select(*keep))
 

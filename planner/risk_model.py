@@ -17,8 +17,9 @@ Facts every engine provides per evaluated (scenario, partition) row:
   leader_changes              int   times the leader changed during the scenario (controlled-shutdown moves
                                     one request at a time, then the election when the brokers stopped)
   shutdown_blocked_by         int   the broker whose controlled shutdown this partition makes fail (-1 none)
-  order_dependent             bool  left leaderless with several dead ISR members, one of which the ISR
-                                    keeps in an order nobody controls (the row's clean_return lists them)
+  order_dependent             bool  left leaderless with several ISR members dying in the scenario: the ISR
+                                    keeps the one Kafka visits last if their deaths land in one controller
+                                    event (the row's new_isr), else the one noticed last (isr_alternatives)
   failure_mode                bool  the scenario kills (hard failure) rather than stops
   leader_gone                 bool  the partition's leader is one of the brokers going away
 Facts per scenario (after the per-row outcomes are summed):
@@ -244,7 +245,7 @@ OUTCOMES: dict[str, Expr] = {
     "moved_twice": col("leader_changes") >= 2,
     # this partition makes a broker's controlled shutdown fail: retries, then an unclean stop
     "blocks_shutdown": col("shutdown_blocked_by") >= 0,
-    # which dead ISR member the ISR keeps is not predictable: see clean_return
+    # which dead ISR member the ISR keeps depends on whether the deaths land in one event: see isr_alternatives
     "isr_order_dependent": col("order_dependent"),
     # failure mode: led by a killed broker, so unavailable until its ZooKeeper session expires
     "unavailable_until_expiry": col("failure_mode") & col("leader_gone"),
@@ -350,8 +351,10 @@ ROW_STATE = ["replicas", "rf", "eff_min_isr", "leader", "isr", "new_leader", "ne
 # demoted_from: restart steps only (null otherwise), where the demotion moved the leadership off the step's
 # broker: the leader before it (the row's `leader` is the one the broker stopped under).
 # leader_changes, shutdown_blocked_by: the facts above; clean_return: for leaderless rows, the brokers whose
-# return brings the partition back cleanly (one of them is the ISR's last member; all of them, surely).
-ROW_EXTRA = ["leader_changes", "shutdown_blocked_by", "clean_return", "demoted_from"]
+# return brings the partition back cleanly: the ISR's members (new_isr), then isr_alternatives; all of them,
+# surely. isr_alternatives: for order_dependent rows, the other brokers the ISR keeps instead of new_isr's
+# if the deaths land in separate controller events (empty otherwise).
+ROW_EXTRA = ["leader_changes", "shutdown_blocked_by", "clean_return", "isr_alternatives", "demoted_from"]
 ROW_COLUMNS = ROW_KEY + ROW_STATE + list(OUTCOMES) + ["severity", "returned_leader"] + ROW_EXTRA
 
 # zookeeper.session.timeout.ms in Kafka 3.x: how long a killed broker's partitions stay unanswered
@@ -373,7 +376,7 @@ ROW_TYPES = {
     "new_leader": pa.int32(), "new_isr": pa.list_(pa.int32()),
     **{k: pa.bool_() for k in OUTCOMES}, "severity": pa.int8(), "returned_leader": pa.int32(),
     "leader_changes": pa.int32(), "shutdown_blocked_by": pa.int32(), "clean_return": pa.list_(pa.int32()),
-    "demoted_from": pa.int32(),
+    "isr_alternatives": pa.list_(pa.int32()), "demoted_from": pa.int32(),
 }
 
 SCENARIO_TYPES = {

@@ -132,6 +132,28 @@ def test_spark_job_agrees_with_reference_on_restart_rolls(spark, case):
         assert_same(Path(req.out), replay.replay(state, prepared.scenarios, version, state.with_plan(moves)))
 
 
+def test_spark_visits_dying_brokers_in_kafkas_order(spark):
+    """risk_job.visit_order (SQL expressions on the scenario rows) against planner.scala_hashmap, which
+    tests/test_scala_hashmap_order.py holds to the scala-library Kafka ships: small, dense, sparse and large
+    id sets, and deep tries (thousands of keys sharing low hash bits)."""
+    import numpy as np
+    from pyspark.sql import functions as F
+
+    from planner import scala_hashmap
+
+    rng = np.random.default_rng(5)
+    sets = [[1, 2, 3, 4, 5, 6], [1, 5], [4, 5], [7], [], list(range(1, 301)), [2**31 - 1, 0, 1]]
+    sets += [rng.choice(int(rng.choice([10, 300, 2**31 - 1])), size=int(rng.integers(1, 10)), replace=False).tolist()
+             for _ in range(300)]
+    sets += [rng.choice(20_000, size=1500, replace=False).tolist()]
+    df = spark.createDataFrame(pa.table({"i": pa.array(range(len(sets)), pa.int32()),
+                                         "keys": pa.array(sets, pa.list_(pa.int32()))}))
+    got = {r["i"]: r["o"] for r in df.select("i", risk_job.visit_order(F.col("keys")).alias("o")).collect()}
+    wrong = [(s, got[i]) for i, s in enumerate(sets) if got[i] != scala_hashmap.visit_order(s)]
+    assert not wrong, f"{len(wrong)} of {len(sets)} differ, first: {wrong[0]}"
+    assert got[0] == [5, 1, 6, 2, 3, 4]
+
+
 # ------------------------------------------------------------------------------------------ bad input
 def write_seed_snapshot(d: Path) -> Path:
     """The seed incident: broker 1 holds the only replica of payments-0."""

@@ -90,16 +90,42 @@ def test_topic_override_beats_broker_default_for_unclean():
     assert row(rows, "b")["new_leader"] == -1 and row(rows, "b")["would_need_unclean"]
 
 
-def test_isr_never_empties_the_highest_gone_member_stays():
+def test_isr_never_empties_the_member_kafka_visits_last_stays():
     s = snap([topic("t", {"replicas": [1, 2, 3], "leader": 1, "isr": [2, 1]})])
     rows, _ = run(s, (1, 2))
     r = row(rows, "t")
+    # brokers 1 and 2 die in one event; Kafka visits them 1, 2 (Scala HashMap order): 1 leaves, 2 stays
     assert (r["new_leader"], r["new_isr"]) == (-1, [2])
     assert r["would_need_unclean"]  # broker 3 is a live replica, out of sync
+    # the deaths could also be noticed one at a time, 2 before 1: then 1 stays
+    assert r["isr_order_dependent"] and r["isr_alternatives"] == [1] and r["clean_return"] == [2, 1]
     gone = np.zeros(10, dtype=bool)
     gone[[1, 2]] = True
     isr = np.array([[2, 1, -1], [3, 1, 2], [1, -1, -1], [-1, -1, -1]], dtype=np.int32)
     assert replay.remove_from_isr(isr, gone).tolist() == [[2, -1, -1], [3, -1, -1], [1, -1, -1], [-1, -1, -1]]
+
+
+def test_deaths_in_one_event_leave_the_isr_in_scala_hashmap_order_not_by_id():
+    # issue 22's examples, from Kafka's own scala-library: brokers 1..6 are visited 5, 1, 6, 2, 3, 4;
+    # {1, 5} are visited 5 then 1 (the ISR keeps 1), {4, 5} are visited 5 then 4 (it keeps 4): the highest id
+    # is kept in neither
+    s = snap([topic("a", {"replicas": [1, 5, 2], "leader": 5, "isr": [5, 1]}),
+              topic("b", {"replicas": [4, 5, 3], "leader": 4, "isr": [4, 5]}),
+              topic("c", {"replicas": [6, 3, 2], "leader": 6, "isr": [3, 6, 2]})], brokers=6)
+    state = replay.ClusterState.from_snapshot(s)
+    table = {r["topic"]: r for r in replay.predict(state, [1, 4, 5], "failure").to_pylist()}
+    # the event is {1, 4, 5} (each holds a replica): visited 5, 1, 4
+    assert (table["a"]["leader"], table["a"]["isr"], table["a"]["isr_alternatives"]) == (-1, [1], [5])
+    assert (table["b"]["leader"], table["b"]["isr"], table["b"]["isr_alternatives"]) == (-1, [4], [5])
+    # all six die: visited 5, 1, 6, 2, 3, 4; c's ISR [3, 6, 2] loses 6, then 2, and keeps 3
+    table = {r["topic"]: r for r in replay.predict(state, [1, 2, 3, 4, 5, 6], "failure").to_pylist()}
+    assert (table["c"]["isr"], sorted(table["c"]["isr_alternatives"])) == ([3], [2, 6])
+    assert table["a"]["isr"] == [1] and table["b"]["isr"] == [4]
+    # a broker that holds no replica is no key of the controller's map, so it does not change the order:
+    # {1, 5, 7} with 7 empty is visited as {1, 5}
+    s7 = snap([topic("a", {"replicas": [1, 5, 2], "leader": 5, "isr": [5, 1]})], brokers=7)
+    table = replay.predict(replay.ClusterState.from_snapshot(s7), [7, 1, 5], "failure").to_pylist()
+    assert table[0]["isr"] == [1]
 
 
 # ---------------------------------------------------------------------------------- controlled shutdown
@@ -128,8 +154,8 @@ def test_controlled_shutdown_without_candidate_ends_as_hard_failure():
     assert (t21["new_leader"], t21["new_isr"], t21["shutdown_blocked_by"], t21["clean_return"]) == (-1, [1], 1, [1])
     # a kill of both in one event: which of 1 and 2 the ISR keeps is Kafka's hash-map order
     killed = row(run(s, (1, 2), "failure")[0], "t")
-    assert killed["isr_order_dependent"] and sorted(killed["clean_return"]) == [1, 2]
-    assert killed["new_isr"] in ([1], [2]) and killed["unavailable_until_expiry"]
+    assert killed["isr_order_dependent"] and killed["clean_return"] == [2, 1] and killed["isr_alternatives"] == [1]
+    assert killed["new_isr"] == [2] and killed["unavailable_until_expiry"]  # visited 1, 2: 2 stays
     u = row(rows, "u")  # 1 stops anyway after its retries; the controller then takes the unclean election
     assert (u["new_leader"], u["new_isr"]) == (3, [3]) and u["unclean_taken"] and u["shutdown_blocked_by"] == 1
     drain = scenarios[0]
@@ -162,9 +188,10 @@ def test_a_dead_broker_in_a_controlled_drain_sends_no_request_and_takes_no_leade
     brokers = [{"id": 1}, {"id": 2}, {"id": 3}, {"id": 4, "alive": False}]
     s = snap([topic("t", {"replicas": [1, 4], "leader": 1, "isr": [1, 4]})], brokers=brokers)
     t = row(run(s, (4, 1), "controlled")[0], "t")
-    # 1 asks: 4 is not registered, so no candidate: 1's shutdown fails; both gone: one of them stays
+    # 1 asks: 4 is not registered, so no candidate: 1's shutdown fails; 1 stops: the event holds only 1 (4 died
+    # before), so 1 leaves the ISR [1, 4] and the ISR keeps 4, whatever the order
     assert (t["new_leader"], t["shutdown_blocked_by"], t["leader_changes"]) == (-1, 1, 0)
-    assert t["isr_order_dependent"] and sorted(t["clean_return"]) == [1, 4]
+    assert t["new_isr"] == [4] and not t["isr_order_dependent"] and t["clean_return"] == [4]
 
 
 def test_failure_mode_states_the_unavailability_window():
@@ -215,7 +242,8 @@ def test_leaderless_new_partition_gets_first_live_replica_or_stays_leaderless():
     r = row(run(s, (1, 2))[0], "fresh")
     assert (r["new_leader"], r["new_isr"]) == (-1, []) and r["offline"] and not r["would_need_unclean"]
     table = replay.predict(s, [1], "failure").to_pylist()
-    assert table == [{"topic": "fresh", "partition": 0, "leader": 2, "isr": [2], "offline": False, "has_state": True}]
+    assert table == [{"topic": "fresh", "partition": 0, "leader": 2, "isr": [2], "offline": False, "has_state": True,
+                      "isr_alternatives": []}]
 
 
 def test_already_offline_partition_stays_offline():
