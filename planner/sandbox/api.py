@@ -303,13 +303,13 @@ class Sandbox:
            preset: str | None = None, seed: int = 0, zk: str | None = None, chroot: str | None = None,
            timeout: float = 600, zk_heap_mb: int = 1024, engine: str = "emulated",
            kafka_version: str = KAFKA_VERSION, broker_heap_mb: int = 256, data_bytes: int | None = None,
-           data_scale: float | None = None, kafka_settings: dict[str, str] | None = None, sasl: bool = False,
+           data_scale: float | None = None, kafka_settings: dict[str, Any] | None = None, sasl: bool = False,
            **timing: Any) -> Sandbox:
         """Start a sandbox in `directory`. Real brokers (engine="kafka"): `kafka_version` (jars fetched once
         from Maven Central), `broker_heap_mb` per JVM, data produced = described sizes x `data_scale`, or
         scaled down so the total stays under `data_bytes` (default 64 MiB); `kafka_settings` adds or
-        overrides server.properties entries. Timing keywords (session_timeout, shutdown_retries, ...) apply
-        to both engines (settings.Timing)."""
+        overrides server.properties entries (under a broker id as key: a dict of that broker's own entries).
+        Timing keywords (session_timeout, shutdown_retries, ...) apply to both engines (settings.Timing)."""
         directory = Path(directory).resolve()
         settings = Timing.from_kwargs(**timing)
         if engine not in ENGINES:
@@ -428,7 +428,7 @@ class Sandbox:
 
     @classmethod
     def _up_kafka(cls, directory: Path, info: dict[str, Any], desc: Cluster, jars: Any, heap_mb: int,
-                  data_bytes: int | None, data_scale: float | None, settings: dict[str, str] | None,
+                  data_bytes: int | None, data_scale: float | None, settings: dict[str, Any] | None,
                   timeout: float, sasl: bool = False) -> Sandbox:
         from planner.sandbox.kafka_engine import KafkaEngine, broker_records, scaled_sizes, write_info
 

@@ -355,7 +355,9 @@ class KafkaEngine:
         settings = kbroker.broker_settings(t.session_timeout, t.shutdown_retries, t.shutdown_retry_interval,
                                            t.auto_rebalance, t.rebalance_interval, t.imbalance_pct,
                                            t.unclean_default)
-        settings.update(self.kinfo.get("extra_settings", {}))
+        extra = self.kinfo.get("extra_settings", {})
+        settings.update({k: v for k, v in extra.items() if not isinstance(v, dict)})
+        settings.update(extra.get(str(rec.id), {}))   # a broker id as key: that broker's own entries
         sasl = self.kinfo.get("sasl") or {}
         return kbroker.BrokerSpec(rec.id, rec.dir, rec.port, self.info["connect"], rec.rack,
                                   int(self.kinfo.get("heap_mb", 256)), settings,
