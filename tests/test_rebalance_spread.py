@@ -7,6 +7,7 @@ per-partition flow with lower bounds for what the rules allow, per-topic flows f
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -136,6 +137,46 @@ def test_leaders_level_wherever_the_placement_allows(plans):
         assert doc["after"]["leader_spread"] <= 1, shape
         assert doc["summary"]["topics_over_ceil_partitions_per_broker"] == 0, shape
     assert checked >= N_CLUSTERS // 2
+
+
+def test_bytes_rebalances_level_bytes_and_counts_or_say_they_did_not(tmp_path):
+    """Sizes known (log-normal per topic): a bytes rebalance of twelve generated clusters brings every broker
+    within 5 % of the mean bytes (worked out here from the plan's placement) with replica spread <= 1 where the
+    racks allow it, or the plan's warnings say which of the two it missed (never a quiet miss). Today one of
+    the twelve misses both (6.0 %, spread 83: issue 25, open), so the test holds that line."""
+    rng = np.random.default_rng(25)
+    missed = 0
+    for i in range(36):
+        shape = random_shape(rng, per_broker=(60, 160), max_brokers=20)
+        if i % 3:
+            continue
+        c = generate(shape)
+        r2 = np.random.default_rng(shape.seed + 1)
+        per_topic = r2.lognormal(18, 1.5, len(c.topic_names))
+        c = dataclasses.replace(c, size_bytes=(per_topic[c.topic_of] * r2.uniform(0.7, 1.3, c.num_partitions))
+                                .astype(np.int64))
+        folder = tmp_path / f"c{i}"
+        to_snapshot(c, folder)
+        doc = plan_document(make_plan(from_snapshot(read_snapshot(folder)), Params("rebalance")), {}, {})
+        assert doc["summary"]["balance"] == "bytes"
+        spec, _ = _spec(c)
+        final = plan_maps(doc, spec)
+        size = {(c.topic_names[c.topic_of[k]], int(c.partition[k])): int(c.size_bytes[k])
+                for k in range(c.num_partitions)}
+        load = dict.fromkeys(spec.alive, 0)
+        for key, reps in final.items():
+            for b in reps:
+                if b in load:
+                    load[b] += size[key]
+        mean = sum(load.values()) / len(load)
+        off_bytes = max(abs(v - mean) for v in load.values()) > 0.05 * mean
+        c1 = counts(final, spec.alive)
+        off_spread = max(c1.values()) - min(c1.values()) > max(1, doc["summary"]["reachable_replica_spread"])
+        warned = " ".join(doc["warnings"])
+        assert not off_bytes or "tolerance of a bytes rebalance" in warned, (shape, doc["warnings"])
+        assert not off_spread or "the rack rules allow" in warned, (shape, doc["warnings"])
+        missed += off_bytes or off_spread
+    assert missed <= 1
 
 
 # --------------------------------------------------------------------------------------------- by hand

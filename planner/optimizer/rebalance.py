@@ -51,6 +51,7 @@ from planner.optimizer.witness import leader_cap0, leader_caps, repair, witness
 
 NO_LIMIT = 1 << 62
 REPLAN_LIMIT = 50_000  # partitions: up to here the leadership witness is re-planned every round
+BYTES_TOLERANCE = 0.05  # a bytes rebalance brings every broker within 5 % of the mean (byte_level.level_bytes)
 
 
 @dataclass
@@ -122,10 +123,33 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
             rounds += _count_rounds(pb, st, eligible, budget_m, budget_b, mode=mode)
             augment(pb, st, eligible, budget_m, budget_b)
             rounds += level_bytes(pb, st, eligible, budget_m, budget_b)
+    unreached.extend(_short_of_goal(pb, st, e_idx, mode, rc, budget_m, budget_b))
     bound = lower_bound(pb, eligible, rc.low, rc.high, leader_cap0(pb, eligible), deficient, deficiency,
                         transport=rc.transport)
     return st.final, RebalanceInfo(mode, bound.moves, excess, lb_bytes, repair, rounds, unreached,
                                    leader_topics_stopped=stopped, bound=bound, reach=rc)
+
+
+def _short_of_goal(pb: Problem, st: State, e_idx: np.ndarray, mode: str, rc: Reach, budget_m: int,
+                   budget_b: int, tolerance: float = BYTES_TOLERANCE) -> list[str]:
+    """Warnings for a plan that ends short of its own goal (never a quiet one): replica spread above the best
+    the racks allow (reach.py), or, balancing bytes, a broker further from the mean than the tolerance."""
+    out = []
+    counts = broker_counts(st.final, pb.num_brokers)[e_idx]
+    spent = st.moves >= budget_m or st.bytes >= budget_b
+    why = "the move or byte budget ran out" if spent else \
+        "the planner stopped here (its limit, not a proof: a better plan may exist)"
+    if len(counts) and counts.max() - counts.min() > max(1, rc.spread):
+        out.append(f"replica spread {int(counts.max() - counts.min())} ({int(counts.min()):,}..{int(counts.max()):,} "
+                   f"per broker) is above the {rc.spread} the rack rules allow ({rc.low:,}..{rc.high:,}): {why}")
+    if mode == "bytes" and pb.sizes_known and len(e_idx):
+        by = bytes_per_broker(st.final, pb.sizes, pb.num_brokers)[e_idx]
+        mean = float(by.mean())
+        dev = float(np.abs(by - mean).max()) / mean if mean else 0.0
+        if dev > tolerance:
+            out.append(f"bytes per broker: the furthest broker is {100 * dev:.2f}% from the mean, above the "
+                       f"{100 * tolerance:g}% tolerance of a bytes rebalance: {why}")
+    return out
 
 
 def _lead_again(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, budget_b: int, mode: str,
