@@ -104,7 +104,13 @@ def restart_document(res: RestartResult, snapshot: dict[str, Any], parameters: d
             "drained": [False] * pb.num_brokers,
             "eligible": [bool(x) for x in eligible.tolist()],
             "restarting": [bool(x) for x in roll.tolist()],
+            "maintenance": [e.state if (e := pb.maintenance_entries.get(int(b))) else None
+                            for b in pb.broker_ids.tolist()],
         },
+        # brokers in maintenance when the snapshot was taken: the roll gives them no temporary replica (and
+        # does not restart them); as a drain or rebalance plan records them (plan_format.maintenance_section)
+        "maintenance": {"left_out": [{k: v for k, v in pb.maintenance_entries[int(b)].as_dict().items()
+                                      if k != "format"} for b in pb.broker_ids[pb.in_maintenance].tolist()]},
         "before": before,
         "after": after,
         "roll": {"order": list(res.order), "order_source": res.params.order, "controller": res.controller,

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from urllib.parse import quote
 
 import airflow_support as af
@@ -244,6 +245,25 @@ def test_review_ui_in_headless_chromium(env, drain_run, ui):
     shot = env["base"] / "plan.png"
     browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 20_000
+    # the drain's snapshot was taken before broker 1 was drained: none in maintenance then, and it says so
+    assert browser.find_element(By.ID, "maintenance").text == \
+        "🛠 brokers in maintenance: none (when the snapshot was taken)"
+    # a restart plan of broker 2 made now, with broker 1 drained by the run above: its page shows the roll
+    # step by step and names broker 1 as left out (no temporary replica goes to a drained broker)
+    from planner import api
+
+    snap = env["base"] / "snap-after-drain"
+    api.snapshot(api.SnapshotRequest(zk=env["zk"], out=snap, sizes=Path(env["sizes"])))
+    rf = runs.run_folder("kafka_broker_restart", "manual__chromium")
+    restart = api.plan_restart(api.RestartRequest(snapshot=snap, out=rf.plan, brokers=(2,))).plan
+    assert restart.moves and all(1 not in m.to_replicas for m in restart.moves)
+    runs.update_review(rf, dag_id="kafka_broker_restart", run_id="manual__chromium", run_key="manual__chromium",
+                       kind="restart", plan_id=restart.id, status="awaiting approval", approval_task_id="approve")
+    body = seen(ui, "/kafka-plans/runs/kafka_broker_restart/manual__chromium", "Restart roll", "step 1/1: broker 2",
+                "step-001-broker-2-demote.json")
+    assert "Restart roll" in body
+    assert ("left out (in maintenance: no replica, no preferred leadership): broker 1 drained since"
+            in browser.find_element(By.ID, "maintenance").text)
 
 
 def test_rejected_approval_applies_nothing(env, ui):

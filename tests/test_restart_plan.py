@@ -293,4 +293,8 @@ def test_brokers_in_maintenance_take_nothing_and_are_not_restarted(tmp_path):
     assert added(doc) == {"payments-0": [2]}
     snap = snap_with(tmp_path / "m", {**seed(), "topics": seed()["topics"][:1]}, maintenance={2: "restarting"})
     api.plan_restart(api.RestartRequest(snapshot=snap, out=tmp_path / "p3", brokers=(1,)))
-    assert added(json.loads((tmp_path / "p3" / "plan.json").read_text())) == {"payments-0": [3]}
+    doc = json.loads((tmp_path / "p3" / "plan.json").read_text())
+    assert added(doc) == {"payments-0": [3]}
+    # and the plan says so, as a drain or rebalance plan does: the reviewer reads who was left out and why
+    assert doc["brokers"]["maintenance"] == [None, "restarting", None, None]
+    assert [(e["broker"], e["state"]) for e in doc["maintenance"]["left_out"]] == [(2, "restarting")]

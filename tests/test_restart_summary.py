@@ -55,3 +55,6 @@ def test_every_step_is_shown_without_and_with_the_plan(tmp_path):
     # the rate the temporary replicas copy at, as any plan's approval shows it (the DAG passes apply_schedule)
     body = rsm.approval_body(plan, summary, "http://x/plan", None, api.apply_schedule(plan, 5_000_000, False))
     assert "- copy of the temporary replicas: " in body and "(throttle given)" in body
+    # brokers in maintenance, as every approval says them (none here; before the plan recorded them, the body
+    # said "not recorded")
+    assert "- 🛠 brokers in maintenance: none (when the snapshot was taken)" in body

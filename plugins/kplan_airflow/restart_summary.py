@@ -78,7 +78,7 @@ def approval_body(plan: Any, risk: Mapping[str, Any] | None, url: str | None, re
                   schedule: Any = None) -> str:
     """Markdown for the approval: the roll, the temporary replicas beside a full drain, the rate their copy
     runs at (`schedule`: api.apply_schedule, as for any plan), every step's risk."""
-    from kplan_airflow.summary import schedule_lines
+    from kplan_airflow.summary import maintenance_figures, maintenance_lines, schedule_lines
 
     f = figures(plan)
     r = f["reasons"]
@@ -96,6 +96,7 @@ def approval_body(plan: Any, risk: Mapping[str, Any] | None, url: str | None, re
         f"**{f['cannot_move']}** cannot move",
     ]
     lines += [x.replace("- apply:", "- copy of the temporary replicas:", 1) for x in schedule_lines(schedule)]
+    lines += [f"- 🛠 {x}" for x in maintenance_lines({"maintenance": maintenance_figures(plan)})]
     for w in f["warnings"]:
         lines.append(f"- ⚠ {w}")
     if reason:
