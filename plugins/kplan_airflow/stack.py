@@ -3,7 +3,11 @@ checkout's DAGs and plugin, so a person can trigger a drain from the form and re
 
     python -m kplan_airflow.stack --dir airflow-run [--port 8080]
 
-Everything binds to 127.0.0.1 (the scheduler's log server is not started: task logs are read from disk). Ctrl-C stops the processes and the sandbox.
+Everything binds to 127.0.0.1 (the scheduler's and the triggerer's log servers are not started: task logs are
+read from disk). The triggerer runs the deferred waits (an approval, verify). The LocalExecutor gets one
+worker per CPU (`[core] parallelism`), not Airflow's default of 32. Ctrl-C or SIGTERM stops every process
+it started, and the sandbox. DAGs are unpaused, and the nightly rebalance's first run is the next 02:00:
+nothing runs until someone triggers it.
 """
 
 from __future__ import annotations
@@ -17,18 +21,32 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from kplan_airflow import local
 
-COMPONENTS = ("api-server", "scheduler", "dag-processor")
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+
+class Stopped(Exception):
+    """SIGTERM (or SIGHUP) arrived: stop everything, as Ctrl-C does."""
+
+
+def parallelism() -> int:
+    """LocalExecutor workers: one per CPU this process may use (at least 2: an approval and a task)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 2
+    return max(2, cpus)
 
 
 def start_component(name: str, env: dict[str, str], logs: Path, port: int | None = None) -> subprocess.Popen:
     """One Airflow component as a child process (its own process group), output to logs/<name>.log."""
     airflow = Path(sys.executable).parent / "airflow"
     cmd = [str(airflow), name] + (["-H", "127.0.0.1", "-p", str(port)] if name == "api-server" else [])
-    if name == "scheduler":
-        # its log server would listen on every interface; the API server reads the task logs from the disk
+    if name in ("scheduler", "triggerer"):
+        # their log servers would listen on every interface; the API server reads the task logs from the disk
         cmd.append("--skip-serve-logs")
     logs.mkdir(parents=True, exist_ok=True)
     out = open(logs / f"{name}.log", "ab")  # noqa: SIM115 (the child owns it)
@@ -74,18 +92,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=8080)
     ap.add_argument("--no-sandbox", action="store_true", help="no sandbox: define zookeeper_default yourself")
     args = ap.parse_args(argv)
+
+    def stopped(signum: int, _frame: Any) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stopped)
     root = Path(args.dir).absolute()
     sandbox = None
-    if not args.no_sandbox:
-        print("starting the sandbox cluster (real ZooKeeper + 6 emulated brokers)...", flush=True)
-        sandbox = local.SandboxCluster(root / "sandbox").up("demo")
-    base = f"http://127.0.0.1:{args.port}"
-    env = local.environment(root / "airflow", zk_connect=sandbox.connect_string if sandbox else None,
-                            base_url=base, runs_root=root / "runs")
-    env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] = "False"
-    local.activate(env)
     procs: list[subprocess.Popen] = []
     try:
+        if not args.no_sandbox:
+            print("starting the sandbox cluster (real ZooKeeper + 6 emulated brokers)...", flush=True)
+            sandbox = local.SandboxCluster(root / "sandbox")
+            sandbox.up("demo")   # interrupted, `kplan sandbox up` takes down what it started
+        base = f"http://127.0.0.1:{args.port}"
+        env = local.environment(root / "airflow", zk_connect=sandbox.connect_string if sandbox else None,
+                                base_url=base, runs_root=root / "runs")
+        env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] = "False"
+        env["AIRFLOW__CORE__PARALLELISM"] = str(parallelism())
+        env["AIRFLOW__API__WORKERS"] = "1"
+        local.activate(env)
         local.init_db()
         logs = root / "logs"
         procs.append(start_component("api-server", env, logs, args.port))
@@ -97,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         if sandbox:
             print(f"  sandbox: ZooKeeper {sandbox.connect_string}, brokers {sandbox.info.get('brokers')}; sizes file "
                   f"for the form: {sandbox.sizes}")
-        print(f"  logs: {logs}   Ctrl-C stops everything", flush=True)
+        print(f"  logs: {logs}   Ctrl-C (or SIGTERM to pid {os.getpid()}) stops everything; LocalExecutor "
+              f"parallelism {env['AIRFLOW__CORE__PARALLELISM']}", flush=True)
         while all(p.poll() is None for p in procs):
             time.sleep(1)
         dead = [p.args[1] for p in procs if p.poll() is not None]
@@ -105,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Stopped as e:
+        print(f"{e}: stopping Airflow and the sandbox", file=sys.stderr, flush=True)
+        return 143
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)   # a second SIGTERM must not cut the clean-up short
         stop(procs)
         if sandbox:
             sandbox.down()
