@@ -24,6 +24,7 @@ and kafka-python's own loggers are held at WARNING while a request runs.
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -90,21 +91,63 @@ class KafkaSecurity:
                    ssl_check_hostname=algo != "none", listener=listener)
 
     def client_config(self) -> dict[str, Any]:
-        """kafka-python connection settings (never logged)."""
+        """kafka-python connection settings (never logged). For SSL, one TLS context for every broker
+        (`ssl_context`), built and checked here: a file that is missing or unreadable is a BadInput naming it."""
         cfg: dict[str, Any] = {"security_protocol": self.protocol}
         if self.protocol.startswith("SASL"):
             cfg.update(sasl_mechanism=self.sasl_mechanism, sasl_plain_username=self.username,
                        sasl_plain_password=self.password)
         if self.protocol.endswith("SSL"):
-            cfg.update(ssl_cafile=self.ssl_cafile, ssl_certfile=self.ssl_certfile, ssl_keyfile=self.ssl_keyfile,
-                       ssl_password=self.ssl_key_password, ssl_check_hostname=self.ssl_check_hostname)
+            cfg.update(ssl_context=self.ssl_context(), ssl_check_hostname=self.ssl_check_hostname)
         return cfg
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The client's TLS context, as kafka-python builds one (TLS 1.2+, the CA of `ssl.ca.location`, else the
+        system's; a client certificate and key when given), with each file checked: a bad one is a BadInput that
+        names the file and the key, never the key's password."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.check_hostname = self.ssl_check_hostname
+        if self.ssl_cafile:
+            _readable("ssl.ca.location", self.ssl_cafile)
+            try:
+                ctx.load_verify_locations(self.ssl_cafile)
+            except ssl.SSLError as e:
+                raise BadInput(f"ssl.ca.location {self.ssl_cafile}: not a PEM CA certificate file "
+                               f"({e.reason or e.__class__.__name__})") from None
+        else:
+            ctx.load_default_certs()
+        if self.ssl_keyfile and not self.ssl_certfile:
+            raise BadInput("ssl.key.location needs ssl.certificate.location (the client certificate of that key)")
+        if self.ssl_certfile:
+            _readable("ssl.certificate.location", self.ssl_certfile)
+            if self.ssl_keyfile:
+                _readable("ssl.key.location", self.ssl_keyfile)
+            try:
+                # a password callback: an encrypted key without ssl.key.password fails here instead of prompting
+                ctx.load_cert_chain(self.ssl_certfile, self.ssl_keyfile, password=lambda: self.ssl_key_password or "")
+            except ssl.SSLError:
+                raise BadInput(f"the client certificate {self.ssl_certfile} and key {self.ssl_keyfile or '(in it)'} "
+                               "could not be loaded: not PEM, not a matching pair, or the key is encrypted and "
+                               "ssl.key.password is "
+                               + ("wrong" if self.ssl_key_password else "not set")) from None
+        if not self.ssl_check_hostname:
+            log.warning("TLS host name verification is off (ssl.endpoint.identification.algorithm=none)")
+        return ctx
 
     def describe(self) -> str:
         """For messages: protocol and mechanism and user, never a secret."""
         if self.protocol.startswith("SASL"):
             return f"{self.protocol} ({self.sasl_mechanism}, user {self.username})"
         return self.protocol
+
+
+def _readable(key: str, path: str) -> None:
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        raise BadInput(f"{key} {path}: {e.strerror or e}") from None
 
 
 def _opt(v: Any) -> str | None:
@@ -132,7 +175,7 @@ class BrokerLogDirs:
 
     broker: int
     endpoint: str | None
-    status: str = "ok"              # ok | no-endpoint | unreachable | auth-failed | error
+    status: str = "ok"              # ok | no-endpoint | unreachable | auth-failed | tls-failed | error
     error: str | None = None
     api_version: int | None = None
     dirs: list[dict[str, Any]] = field(default_factory=list)   # {dir, error, total_bytes, usable_bytes}
@@ -190,7 +233,7 @@ def describe_log_dirs(endpoints: Mapping[int, str | None], security: KafkaSecuri
                                               refresh_metadata_on_err=False)
                 await conn
             except Exception as e:  # noqa: BLE001 - every failure of one broker is that broker's outcome
-                rec.status, rec.error = _classify(e, manager.auth_failure(node))
+                rec.status, rec.error = _classify(e, manager.auth_failure(node), security)
                 if rec.status == "unreachable" and security.protocol.startswith("SASL") and conn is not None \
                         and conn.broker_version_data is not None:
                     # ApiVersions answered, then the connection closed during SASL: Kafka's answer to rejected
@@ -250,7 +293,7 @@ def _text(e: BaseException) -> str:
     return s.splitlines()[0][:300]
 
 
-def _classify(e: BaseException, auth: BaseException | None) -> tuple[str, str]:
+def _classify(e: BaseException, auth: BaseException | None, security: KafkaSecurity) -> tuple[str, str]:
     import kafka.errors as Errors
 
     err = auth or e
@@ -259,9 +302,40 @@ def _classify(e: BaseException, auth: BaseException | None) -> tuple[str, str]:
         "IllegalSaslStateError")) if isinstance(t, type))
     if isinstance(err, auth_types) or "Authentication" in type(err).__name__:
         return "auth-failed", _text(err)
-    if "ssl" in _text(err).lower() or "certificate" in _text(err).lower():
-        return "auth-failed", "TLS handshake failed: " + _text(err)
+    tls = _tls_error(err, security)
+    if tls is not None:
+        return "tls-failed", tls
     return "unreachable", _text(err)
+
+
+def _tls_error(err: BaseException, security: KafkaSecurity) -> str | None:
+    """What went wrong in a TLS handshake, in words (the SSL error may sit in the exception's cause or args).
+    A broker that will not take the client's certificate answers with a TLS alert: bad_certificate (TLS 1.2),
+    certificate_required (TLS 1.3), unknown_ca (Java's SSLEngine for a certificate of an unknown CA)."""
+    seen: list[BaseException] = []
+    e: BaseException | None = err
+    while e is not None and e not in seen:
+        seen.append(e)
+        e = e.__cause__ or e.__context__ or next((a for a in getattr(e, "args", ()) if isinstance(a, BaseException)),
+                                                 None)
+    found = next((x for x in seen if isinstance(x, ssl.SSLError)), None)
+    text = " ".join(_text(x) for x in seen).lower()
+    if found is None and "ssl" not in text and "certificate" not in text and "tls" not in text:
+        return None
+    if isinstance(found, ssl.SSLCertVerificationError):
+        why = found.verify_message or found.reason or "certificate verify failed"
+        return (f"the broker's TLS certificate was not accepted ({why}): check ssl.ca.location (the CA that "
+                "signed the brokers' certificates) and the host name in the certificate")
+    reason = str((found.reason if found is not None else None) or _text(seen[-1]))
+    alert = reason.upper()
+    if any(a in alert for a in ("ALERT_BAD_CERTIFICATE", "ALERT_CERTIFICATE_REQUIRED", "ALERT_UNKNOWN_CA",
+                                "ALERT_CERTIFICATE_UNKNOWN", "ALERT_HANDSHAKE_FAILURE")):
+        if not security.ssl_certfile:
+            return (f"the broker requires a client certificate (it answered {reason}): set "
+                    "ssl.certificate.location and ssl.key.location")
+        return (f"the broker did not accept the client certificate {security.ssl_certfile} (it answered "
+                f"{reason}): is it signed by a CA in the brokers' truststore, and still valid?")
+    return f"TLS handshake failed ({reason})"
 
 
 class _QuietKafkaLogs:

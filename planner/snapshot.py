@@ -172,6 +172,8 @@ def take_snapshot(zk: str, out: Path | str, *, sizes: Path | str | None = None, 
     say = progress or (lambda msg: log.info("%s", msg))
     target = zkmod.parse_connect(zk)
     size_data = logdirs.read_sizes(sizes) if sizes else None   # a bad file fails before ZooKeeper is touched
+    if size_data is None and sizes_from == "brokers" and kafka is not None and kafka.protocol.endswith("SSL"):
+        kafka.ssl_context()           # so do missing or unreadable TLS files, and a wrong key password
     started_wall = time.time()
     started = time.monotonic()
     problems = Problems(lenient)
@@ -252,6 +254,11 @@ def _sizes_from_brokers(read: ClusterRead, tables, security: kafka_admin.KafkaSe
         raise BadInput(f"Kafka broker {r.broker} at {r.endpoint} refused {security.describe()}: {r.error}"
                        + (f" (and {len(denied) - 1} more brokers)" if len(denied) > 1 else "")
                        + "; check the Kafka credentials (connection or --kafka-* options)")
+    tls = [r for r in report.values() if r.status == "tls-failed"]
+    if tls:
+        r = tls[0]
+        raise BadInput(f"TLS with Kafka broker {r.broker} at {r.endpoint} failed over {security.describe()}: "
+                       f"{r.error}" + (f" (and {len(tls) - 1} more brokers)" if len(tls) > 1 else ""))
     unread = [r for r in report.values() if r.status != "ok"]
     in_error = [(r.broker, d) for r in report.values() for d in r.dirs if d["error"]]
     answered = [r for r in report.values() if r.status == "ok"]

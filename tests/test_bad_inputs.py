@@ -131,6 +131,12 @@ def _sizes(c: Ctx, obj: dict) -> Path:
     return f
 
 
+def _kafka_config(c: Ctx, obj: dict) -> Path:
+    f = c.tmp / "kafka.json"
+    f.write_text(json.dumps(obj))
+    return f
+
+
 def _sizes_inside_out(c: Ctx, argv_tail: list[str], kind: str = "snapshot") -> list[str]:
     """The output folder already holds the sizes file the command reads (issue 19 item 2): --force must not
     delete it with the folder."""
@@ -442,6 +448,18 @@ CASES = [
     Case("snapshot-sizes-and-no-sizes", lambda c: ["snapshot", "--zk", "127.0.0.1:1", "--out", str(c.out),
                                                    "--sizes", str(_sizes(c, {"payments-0": 1})), "--no-sizes"],
          2, "give either --sizes FILE or --no-sizes, not both"),
+    # SSL settings are checked before ZooKeeper or any broker is asked (and the key's password never shown)
+    Case("snapshot-ssl-ca-file-missing", lambda c: ["snapshot", "--zk", "127.0.0.1:1", "--out", str(c.out),
+                                                    "--kafka-security-protocol", "SSL", "--kafka-config",
+                                                    str(_kafka_config(c, {"ssl.ca.location": str(c.tmp / "no-ca.pem")}))],
+         2, "no-ca.pem: No such file or directory"),
+    Case("snapshot-ssl-ca-file-not-pem", lambda c: ["snapshot", "--zk", "127.0.0.1:1", "--out", str(c.out),
+                                                    "--kafka-config", str(_kafka_config(c, {
+                                                        "security.protocol": "SSL",
+                                                        "ssl.ca.location": str(_sizes(c, {"payments-0": 1}))}))],
+         2, "not a PEM CA certificate file"),
+    Case("sandbox-ssl-without-kafka-engine", lambda c: ["sandbox", "up", "--dir", str(c.out), "--ssl"],
+         2, "--sasl and --ssl need --engine kafka"),
     Case("apply-copy-with-no-rate", lambda c: ["apply", "--zk", "127.0.0.1:1", "--plan",
                                                str(c.plan(c.snapshot(), [ReassignEntry("payments", 0, (2,))]))],
          2, "1 data batches of plan sha256:"),

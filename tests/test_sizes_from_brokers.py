@@ -152,3 +152,72 @@ def test_a_drain_that_would_overfill_the_disks_is_refused_naming_them(sb, tmp_pa
     assert drain("0.30", "refused") == 2 and not (tmp_path / "refused").exists()
     err = capsys.readouterr().err
     assert "1 broker(s) already use more than 30 % of their log dirs' capacity before the plan (broker 3: " in err
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("error", [False, True])
+def test_the_emulators_direct_describe_log_dirs_frame_is_kafka_pythons_encoding_byte_for_byte(version, error):
+    """The emulated brokers write their DescribeLogDirs answer directly (sandbox/wire.py, for speed at 200k
+    partitions); kafka-python's own structs, an independent encoder of Kafka's schema, must produce the same
+    bytes, and its decoder must read back every replica."""
+    import numpy as np
+    from kafka.protocol.admin import DescribeLogDirsResponse
+
+    from planner.sandbox import wire
+
+    names = ["a", "topic-é", "t" * 300]                 # a non-ASCII name; one past a 1-byte varint length
+    counts = np.array([1, 3, 130], np.int64)           # 130 entries: a 2-byte compact array length
+    pids = np.concatenate([[0], [2, 0, 7], np.arange(130)]).astype(np.int32)
+    sizes = np.concatenate([[0], [5, 1 << 40, 123], np.arange(130) * 1_000_003]).astype(np.int64)
+    state = wire.LogDirState("/var/lib/kafka/broker-3", 1 << 42, error, names, counts, pids, sizes)
+    direct = wire.describe_log_dirs_frame(version, 4242, state)
+    reference = wire._framed(wire.describe_log_dirs_structs(version, state, None), 4242)
+    assert direct == reference
+    resp = DescribeLogDirsResponse.decode(direct[4:], version=version, header=True)
+    (res,) = resp.results
+    got = [(t.name, p.partition_index, p.partition_size) for t in res.topics for p in t.partitions]
+    if error:
+        assert res.error_code == wire.KAFKA_STORAGE_ERROR and got == []
+    else:
+        want = [(n, int(p), int(z)) for n, a, c in zip(names, [0, 1, 4], [1, 3, 130], strict=True)
+                for p, z in zip(pids[a:a + c], sizes[a:a + c], strict=True)]
+        assert res.error_code == 0 and got == want
+        if version >= 4:
+            assert (res.total_bytes, res.usable_bytes) == (1 << 42, (1 << 42) - int(sizes.sum()))
+
+
+def test_a_replica_still_copying_reports_what_it_has_copied_so_far(tmp_path, zk_server):
+    """As a real broker's log does: a replica a reassignment is adding grows from 0 to its partition's size."""
+    from kazoo.client import KazooClient
+    from waiting import poll
+
+    from planner.kafka_admin import KafkaSecurity, describe_log_dirs
+
+    s = Sandbox.up(tmp_path / "sb", cluster=CLUSTER, zk=zk_server.connect_string + "/sizes_copying",
+                   catch_up_delay=0.1, auto_rebalance=False, link_rate=2 * MB)     # solo's 7 MB: ~3.5 s
+    try:
+        zk = KazooClient(hosts=s.connect_string)
+        zk.start()
+        try:
+            reg = json.loads(zk.get("/brokers/ids/4")[0])
+            ep = {4: reg["endpoints"][0].split("://", 1)[1]}
+
+            def solo_on_4() -> int | None:
+                rec = describe_log_dirs(ep, KafkaSecurity(), 5)[4]
+                assert rec.status == "ok", rec.error
+                return next((z for t, p, z in zip(rec.topics, rec.partitions, rec.sizes, strict=True)
+                             if (t, p) == ("solo", 0)), None)
+
+            assert solo_on_4() is None                             # broker 4 holds no replica of solo yet
+            zk.create("/admin/reassign_partitions", json.dumps({"version": 1, "partitions": [
+                {"topic": "solo", "partition": 0, "replicas": [2, 4]}]}).encode())
+            seen = poll(lambda: (lambda z: z if z is not None and 0 < z < 7 * MB else None)(solo_on_4()),
+                        timeout=30, what="solo-0 part way copied on broker 4")
+            later = poll(lambda: (lambda z: z if z is not None and z > seen else None)(solo_on_4()),
+                         timeout=30, what="solo-0 growing on broker 4")
+            assert later <= 7 * MB
+            poll(lambda: solo_on_4() == 7 * MB, timeout=30, what="solo-0 complete on broker 4")
+        finally:
+            zk.stop()
+    finally:
+        s.down()

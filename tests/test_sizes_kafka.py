@@ -1,12 +1,15 @@
 """Issue 18 on real Kafka 3.9 brokers, each with its own log-dir volume of a known size: the snapshot's sizes
-are exactly what Kafka's own `kafka-log-dirs.sh --describe` reports, over PLAINTEXT and over SASL (a wrong
-password is a clear error, no secret shown); a plan's bytes are the bytes the apply copies; a drain that would
-overfill the brokers that stay is refused naming them (checked against the volumes' own statvfs figures)."""
+are exactly what Kafka's own `kafka-log-dirs.sh --describe` reports, over PLAINTEXT, SASL and SSL (mTLS with a
+throwaway CA made by keytool; a wrong password or truststore is one clear line, no secret shown); a plan's bytes
+are the bytes the apply copies; a drain that would overfill the brokers that stay is refused naming them
+(checked against the volumes' own statvfs figures); where mounting those volumes is impossible, one clear line
+at once."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +42,7 @@ def _desc() -> dict:
 @pytest.fixture(scope="module")
 def real(tmp_path_factory, zk_server, kafka_jars):
     sb = Sandbox.up(tmp_path_factory.mktemp("sizes_kafka") / "sb", cluster=_desc(), engine="kafka",
-                    zk=zk_server.connect_string + "/sizes_kafka", data_scale=1.0, sasl=True, session_timeout=6,
+                    zk=zk_server.connect_string + "/sizes_kafka", data_scale=1.0, sasl=True, ssl=True, session_timeout=6,
                     auto_rebalance=False)
     yield sb
     sb.down()
@@ -103,9 +106,98 @@ def test_wrong_sasl_credentials_are_a_clear_error_with_no_secret_and_nothing_wri
     assert done.returncode == 2 and not (tmp_path / "s").exists(), done.stderr
     err = [x for x in done.stderr.splitlines() if "error:" in x]
     assert len(err) == 1 and "refused SASL_PLAINTEXT (PLAIN, user kplan): " in err[0], done.stderr[-2000:]
-    assert "authentication" in err[0] and "Traceback" not in done.stderr
+    # Kafka's own answer (SaslAuthenticate v1+, KIP-152; PlainSaslServer's message)
+    assert "Authentication failed: Invalid username or password" in err[0] and "Traceback" not in done.stderr
     for secret in (wrong, real.kafka_sasl["password"]):
         assert secret not in done.stdout + done.stderr       # not even with -v (debug logging)
+
+
+def _secrets(sb) -> list[str]:
+    info = json.loads((sb.dir / "sandbox.json").read_text())["kafka"]
+    tls = info["ssl"]
+    return [tls["keystore_password"], tls["truststore_password"], tls["client_key_password"],
+            info["sasl"]["password"]]
+
+
+def _stray_ca(where: Path) -> Path:
+    """A CA that did not sign the brokers' certificates (its own throwaway key pair, made with keytool)."""
+    from planner.kafka.tls import keytool
+
+    env = {**os.environ, "STRAY_PW": "stray-ca-store"}
+    kt = [keytool(), "-J-XX:TieredStopAtLevel=1"]
+    store = ["-keystore", str(where / "stray.p12"), "-storetype", "PKCS12", "-storepass:env", "STRAY_PW"]
+    subprocess.run([*kt, "-genkeypair", "-alias", "ca", "-keyalg", "EC", "-groupname", "secp256r1", "-dname",
+                    "CN=kplan-sandbox-ca", "-ext", "bc:c", "-validity", "2", *store], env=env, check=True,
+                   capture_output=True)
+    subprocess.run([*kt, "-exportcert", "-rfc", "-alias", "ca", *store, "-file", str(where / "stray.pem")], env=env,
+                   check=True, capture_output=True)
+    return where / "stray.pem"
+
+
+def test_snapshot_sizes_over_ssl_and_a_wrong_truststore_is_one_clear_line_with_no_secret(real, tmp_path):
+    tool = log_dirs_tool(real)
+    ssl_cfg = dict(real.kafka_ssl)
+    assert ssl_cfg["security.protocol"] == "SSL" and Path(ssl_cfg["ssl.ca.location"]).is_file()
+    key_pw = ssl_cfg.pop("ssl.key.password")               # from the environment, as the CLI takes it
+    cfg = tmp_path / "ssl.json"
+    cfg.write_text(json.dumps(ssl_cfg))
+    env = {"KPLAN_KAFKA_SSL_KEY_PASSWORD": key_pw}
+    done = _kplan("-v", "snapshot", "--zk", real.connect_string, "--out", str(tmp_path / "ssl"), "--kafka-config",
+                  str(cfg), env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    snap = read_snapshot(tmp_path / "ssl")
+    assert _replica_sizes(snap) == tool                      # every replica, byte for byte, over TLS
+    assert snap.manifest["log_dirs"]["security_protocol"] == "SSL"
+    assert snap.brokers.column("capacity_bytes").to_pylist() == [DISK] * 3
+    secrets = _secrets(real)
+    for secret in secrets:                                   # not even with -v (debug logging)
+        assert secret not in done.stdout + done.stderr
+        assert all(secret not in f.read_text(errors="replace") for f in (tmp_path / "ssl").rglob("*.json"))
+
+    def refused(name: str, config: dict, env: dict) -> str:
+        (tmp_path / f"{name}.json").write_text(json.dumps(config))
+        out = tmp_path / name
+        d = _kplan("-v", "snapshot", "--zk", real.connect_string, "--out", str(out), "--kafka-config",
+                   str(tmp_path / f"{name}.json"), env=env)
+        assert d.returncode == 2 and not out.exists(), (name, d.stderr[-3000:])
+        err = [x for x in d.stderr.splitlines() if "error:" in x]
+        assert len(err) == 1 and "Traceback" not in d.stderr, (name, d.stderr[-3000:])
+        for secret in secrets:
+            assert secret not in d.stdout + d.stderr, name
+        return err[0]
+
+    # the brokers' certificates are signed by another CA than the one the client trusts
+    line = refused("wrong-ca", {**ssl_cfg, "ssl.ca.location": str(_stray_ca(tmp_path))}, env)
+    assert "TLS with Kafka broker " in line and "certificate was not accepted" in line, line
+    assert "ssl.ca.location" in line, line
+    # the client key's password is wrong: named, and checked before any broker is asked
+    line = refused("wrong-key-password", ssl_cfg, {"KPLAN_KAFKA_SSL_KEY_PASSWORD": "not-the-key-password-7"})
+    assert "could not be loaded" in line and "ssl.key.password is wrong" in line, line
+    assert "not-the-key-password-7" not in line
+    # no client certificate: the SSL listener requires one (ssl.client.auth=required)
+    line = refused("no-client-cert", {"security.protocol": "SSL", "ssl.ca.location": ssl_cfg["ssl.ca.location"]}, {})
+    assert "TLS with Kafka broker " in line and "requires a client certificate" in line, line
+    assert "ssl.certificate.location" in line, line
+
+
+def test_disk_bytes_where_mounting_is_impossible_is_one_clear_line_at_once(tmp_path):
+    """Volumes of a given size (disk_bytes) need mount rights. Without them (not root, or root without
+    CAP_SYS_ADMIN as in an unprivileged container; as root the test drops that capability with setpriv) `sandbox
+    up` says so in one line before anything starts, instead of failing, or hanging, part way."""
+    desc = tmp_path / "cluster.json"
+    desc.write_text(json.dumps(_desc()))
+    cmd = [sys.executable, "-m", "planner.cli", "sandbox", "up", "--engine", "kafka", "--cluster", str(desc),
+           "--dir", str(tmp_path / "sb")]
+    if os.geteuid() == 0:
+        assert shutil.which("setpriv"), "setpriv (util-linux) drops CAP_SYS_ADMIN for this test"
+        cmd = ["setpriv", "--bounding-set", "-sys_admin", "--inh-caps", "-sys_admin", *cmd]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    err = [x for x in done.stderr.splitlines() if "error:" in x]
+    assert done.returncode == 2 and len(err) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "disk_bytes" in err[0] and "mounting is not possible here" in err[0], err[0]
+    assert "permission denied" in err[0] or "superuser" in err[0], err[0]
+    assert not (tmp_path / "sb").exists()                    # nothing started, nothing written
 
 
 def test_a_drain_that_would_overfill_the_brokers_that_stay_is_refused_naming_them(real, tmp_path, capsys):

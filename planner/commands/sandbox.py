@@ -2,7 +2,8 @@
 broker JVMs (`--engine kafka`), to rehearse drains.
 
     kplan sandbox up --dir D [--engine emulated|kafka] [--cluster FILE.json | --brokers N --racks R | --preset demo]
-                     [timing options] [--kafka-version 3.9.2 --broker-heap-mb 256 --data-bytes N --data-scale X]
+                     [timing options] [--kafka-version 3.9.2 --broker-heap-mb 256 --data-bytes N --data-scale X
+                     --sasl --ssl]
     kplan sandbox kill|stop|start --dir D BROKER...
     kplan sandbox status --dir D [--json]
     kplan sandbox wait --dir D [--timeout S]
@@ -63,6 +64,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="kafka engine: cap on the bytes produced into the partitions (default 64 MiB)")
     up.add_argument("--data-scale", type=float, default=None,
                     help="kafka engine: produce described sizes x this (instead of scaling under --data-bytes)")
+    up.add_argument("--sasl", action="store_true",
+                    help="kafka engine: also a SASL_PLAINTEXT listener (PLAIN, user kplan, a random password kept "
+                    "in D/sandbox.json)")
+    up.add_argument("--ssl", action="store_true",
+                    help="kafka engine: also an SSL listener requiring client certificates (a throwaway CA, keystore "
+                    "and truststore made with keytool in D/kafka/tls; passwords kept in D/sandbox.json)")
     for flag, dest, typ, text in TIMING_OPTIONS:
         up.add_argument(flag, dest=dest, type=typ, help=text)
     up.add_argument("--no-auto-rebalance", dest="auto_rebalance", action="store_false", default=None,
@@ -146,9 +153,9 @@ def _up(args: argparse.Namespace) -> int:
         from planner.kafka import DEFAULT_VERSION
 
         kafka = dict(kafka_version=args.kafka_version or DEFAULT_VERSION, broker_heap_mb=args.broker_heap_mb,
-                     data_bytes=args.data_bytes, data_scale=args.data_scale)
-    elif args.kafka_version or args.data_bytes is not None or args.data_scale is not None:
-        raise BadInput("--kafka-version, --data-bytes and --data-scale need --engine kafka")
+                     data_bytes=args.data_bytes, data_scale=args.data_scale, sasl=args.sasl, ssl=args.ssl)
+    elif args.kafka_version or args.data_bytes is not None or args.data_scale is not None or args.sasl or args.ssl:
+        raise BadInput("--kafka-version, --data-bytes, --data-scale, --sasl and --ssl need --engine kafka")
     sb = Sandbox.up(args.dir, cluster=args.cluster, brokers=args.brokers, racks=args.racks,
                     partitions=args.partitions, rf=args.rf, preset=preset, seed=args.seed, zk=args.zk,
                     chroot=args.chroot, timeout=args.timeout, engine=args.engine, **kafka, **timing)
@@ -165,6 +172,15 @@ def _up(args: argparse.Namespace) -> int:
         up = sb.info["kafka"].get("up", {})
         print(f"  up in {up.get('up_s')}s (brokers registered after {up.get('registered_s')}s); "
               f"{up.get('bytes', 0)} bytes produced (scale {sb.info['kafka']['data']['scale']:.3g})")
+        if sb.kafka_sasl:
+            print(f"  SASL_PLAINTEXT listeners {','.join(sorted(sb.kafka_endpoints('SASL_PLAINTEXT').values()))}: "
+                  f"PLAIN user {sb.kafka_sasl['username']}, its password in sandbox.json (kafka.sasl.password)")
+        if sb.kafka_ssl:
+            c = sb.kafka_ssl
+            print(f"  SSL listeners {','.join(sorted(sb.kafka_endpoints('SSL').values()))} (client certificates "
+                  f"required): ssl.ca.location {c['ssl.ca.location']}, ssl.certificate.location "
+                  f"{c['ssl.certificate.location']}, ssl.key.location {c['ssl.key.location']}, the key's password "
+                  "in sandbox.json (kafka.ssl.client_key_password)")
     print(f"  {sb.dir / 'sandbox.json'} (connect string, pids), {sb.dir / 'logdirs.json'} (partition sizes)")
     return 0
 

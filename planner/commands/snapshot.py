@@ -42,6 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--kafka-password-env", metavar="VAR", default="KPLAN_KAFKA_PASSWORD",
                    help="environment variable holding the SASL password (default KPLAN_KAFKA_PASSWORD; never "
                    "an argument)")
+    k.add_argument("--kafka-ssl-key-password-env", metavar="VAR", default="KPLAN_KAFKA_SSL_KEY_PASSWORD",
+                   help="environment variable holding the password of the client key (ssl.key.location; default "
+                   "KPLAN_KAFKA_SSL_KEY_PASSWORD; never an argument)")
     k.add_argument("--kafka-listener", metavar="NAME",
                    help="use this listener of each registration (default: the first of the security protocol)")
     k.add_argument("--kafka-timeout", type=float, default=10.0, metavar="S",
@@ -112,6 +115,9 @@ def kafka_from_args(args: argparse.Namespace):
     password = os.environ.get(args.kafka_password_env)
     if password is not None:
         config["sasl.password"] = password
+    key_password = os.environ.get(args.kafka_ssl_key_password_env)
+    if key_password is not None:
+        config["ssl.key.password"] = key_password
     return api.kafka_security(config, args.kafka_listener)
 
 

@@ -35,6 +35,8 @@ class BrokerSpec:
     settings: dict[str, str] = field(default_factory=dict)  # extra / overriding server.properties
     sasl_port: int | None = None   # a second listener, SASL_PLAINTEXT with PLAIN, for clients (not inter-broker)
     sasl_users: dict[str, str] = field(default_factory=dict, repr=False)   # PLAIN users -> passwords
+    ssl_port: int | None = None    # a listener named SSL (client certificates required), for clients
+    ssl_settings: dict[str, str] = field(default_factory=dict, repr=False)  # its keystore etc. (planner.kafka.tls)
 
     @property
     def config_path(self) -> Path:
@@ -92,20 +94,24 @@ BASE_SETTINGS = {
 
 def server_properties(spec: BrokerSpec) -> str:
     listeners = f"PLAINTEXT://127.0.0.1:{spec.port}"
-    sasl: dict[str, str] = {}
+    extra: dict[str, str] = {}
     if spec.sasl_port:
         # Kafka's PLAIN server: users from the listener's JAAS config (`user_<name>="<password>"`); brokers keep
         # talking to each other over PLAINTEXT (security.inter.broker.protocol / inter.broker.listener.name)
         listeners += f",SASL_PLAINTEXT://127.0.0.1:{spec.sasl_port}"
         users = " ".join(f'user_{u}="{pw}"' for u, pw in sorted(spec.sasl_users.items()))
-        sasl = {"inter.broker.listener.name": "PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN",
-                "listener.name.sasl_plaintext.plain.sasl.jaas.config":
-                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"}
+        extra = {"inter.broker.listener.name": "PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN",
+                 "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                     f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"}
+    if spec.ssl_port:
+        # TLS with client certificates (planner/kafka/tls.py); brokers keep talking PLAINTEXT to each other
+        listeners += f",SSL://127.0.0.1:{spec.ssl_port}"
+        extra = {**extra, "inter.broker.listener.name": "PLAINTEXT", **spec.ssl_settings}
     props = {
         "broker.id": str(spec.id),
         "listeners": listeners,
         "advertised.listeners": listeners,
-        **sasl,
+        **extra,
         "log.dirs": str(spec.log_dir),
         "zookeeper.connect": spec.zk_connect,
         **BASE_SETTINGS,
@@ -132,7 +138,7 @@ log4j.logger.kafka.Kafka=INFO
 def write_config(spec: BrokerSpec) -> None:
     spec.dir.mkdir(parents=True, exist_ok=True)
     spec.log_dir.mkdir(exist_ok=True)
-    spec.config_path.touch(mode=0o600)      # it may hold the sandbox's SASL users' passwords
+    spec.config_path.touch(mode=0o600)      # it may hold the sandbox's SASL users' and keystores' passwords
     spec.config_path.chmod(0o600)
     spec.config_path.write_text(server_properties(spec))
     (spec.dir / "log4j.properties").write_text(LOG4J.format(log=spec.server_log))

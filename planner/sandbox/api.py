@@ -181,6 +181,16 @@ class Sandbox:
         the sandbox's own, in the private sandbox.json): mechanism, username, password."""
         return self._kafka().kinfo.get("sasl")
 
+    @property
+    def kafka_ssl(self) -> dict[str, str] | None:
+        """The SSL listener's client settings of a kafka sandbox started with ssl=True, as librdkafka keys (an
+        Airflow Kafka connection's extra): security.protocol, ssl.ca.location, ssl.certificate.location,
+        ssl.key.location and ssl.key.password (the sandbox's own throwaway material, planner/kafka/tls.py)."""
+        from planner.kafka.tls import client_config
+
+        tls = self._kafka().kinfo.get("ssl")
+        return client_config(tls) if tls else None
+
     def kafka_endpoints(self, protocol: str = "PLAINTEXT") -> dict[int, str]:
         return self._kafka().endpoints(protocol)
 
@@ -304,18 +314,22 @@ class Sandbox:
            timeout: float = 600, zk_heap_mb: int = 1024, engine: str = "emulated",
            kafka_version: str = KAFKA_VERSION, broker_heap_mb: int = 256, data_bytes: int | None = None,
            data_scale: float | None = None, kafka_settings: dict[str, Any] | None = None, sasl: bool = False,
-           **timing: Any) -> Sandbox:
+           ssl: bool = False, **timing: Any) -> Sandbox:
         """Start a sandbox in `directory`. Real brokers (engine="kafka"): `kafka_version` (jars fetched once
         from Maven Central), `broker_heap_mb` per JVM, data produced = described sizes x `data_scale`, or
         scaled down so the total stays under `data_bytes` (default 64 MiB); `kafka_settings` adds or
-        overrides server.properties entries (under a broker id as key: a dict of that broker's own entries).
-        Timing keywords (session_timeout, shutdown_retries, ...) apply to both engines (settings.Timing)."""
+        overrides server.properties entries (under a broker id as key: a dict of that broker's own entries);
+        `sasl` adds a SASL_PLAINTEXT listener (PLAIN), `ssl` an SSL listener that requires client certificates
+        (throwaway CA and keys made with keytool, `kafka_ssl`). Timing keywords (session_timeout,
+        shutdown_retries, ...) apply to both engines (settings.Timing)."""
         directory = Path(directory).resolve()
         settings = Timing.from_kwargs(**timing)
         if engine not in ENGINES:
             raise BadInput(f"unknown sandbox engine {engine!r} (known: {', '.join(ENGINES)})")
         if sasl and engine != "kafka":
             raise BadInput("sasl (a SASL_PLAINTEXT listener) is an option of the kafka engine")
+        if ssl and engine != "kafka":
+            raise BadInput("ssl (an SSL listener) is an option of the kafka engine")
         if (directory / SANDBOX_FILE).exists():
             existing = Sandbox(directory)
             if existing.daemon_alive() or existing._kafka_alive():
@@ -330,10 +344,12 @@ class Sandbox:
         jars = None
         if engine == "kafka":
             from planner.kafka.jars import ensure_jars, parse_version
-            from planner.sandbox.kafka_engine import check_reproducible
+            from planner.sandbox.kafka_engine import check_can_mount, check_reproducible
 
             parse_version(kafka_version)
             check_reproducible(desc)
+            if any(b.disk_bytes for b in desc.brokers):
+                check_can_mount()          # before anything starts: no ZooKeeper or JVM to clean up after
             if broker_heap_mb < 128:
                 raise BadInput("broker_heap_mb must be at least 128 (a Kafka broker does not start in less)")
             if data_scale is not None and data_scale < 0:
@@ -381,7 +397,7 @@ class Sandbox:
                     raise BadInput(f"ZooKeeper {info['connect']} already holds a Kafka cluster; give a fresh chroot")
                 if engine == "kafka":
                     return cls._up_kafka(directory, info, desc, jars, broker_heap_mb, data_bytes, data_scale,
-                                         kafka_settings, timeout, sasl)
+                                         kafka_settings, timeout, sasl, ssl)
                 loader.load_cluster(client, desc, brokers=False, controller=False)
                 if client.exists(codec.CONTROLLER_EPOCH) is None:
                     client.create(codec.CONTROLLER_EPOCH, codec.encode_controller_epoch(desc.controller_epoch))
@@ -429,21 +445,24 @@ class Sandbox:
     @classmethod
     def _up_kafka(cls, directory: Path, info: dict[str, Any], desc: Cluster, jars: Any, heap_mb: int,
                   data_bytes: int | None, data_scale: float | None, settings: dict[str, Any] | None,
-                  timeout: float, sasl: bool = False) -> Sandbox:
-        from planner.sandbox.kafka_engine import KafkaEngine, broker_records, scaled_sizes, write_info
+                  timeout: float, sasl: bool = False, ssl: bool = False) -> Sandbox:
+        from planner.kafka import tls
+        from planner.sandbox import kafka_engine as ke
 
-        sizes, scale = scaled_sizes(desc, data_bytes, data_scale)
+        sizes, scale = ke.scaled_sizes(desc, data_bytes, data_scale)
         info["kafka"] = {"version": jars.version, "lib": str(jars.lib), "heap_mb": heap_mb,
-                         "extra_settings": dict(settings or {}), "brokers": broker_records(directory, desc, sasl),
+                         "extra_settings": dict(settings or {}),
+                         "brokers": ke.broker_records(directory, desc, sasl, ssl),
                          "sasl": {"mechanism": "PLAIN", "username": "kplan", "password": secrets.token_hex(12)}
                          if sasl else None,
+                         "ssl": tls.make(directory / ke.KAFKA_DIR / "tls") if ssl else None,
                          "data": {"scale": scale, "bytes": sum(sizes.values())}}
-        write_info(directory, info)
-        engine = KafkaEngine(directory, info)
+        ke.write_info(directory, info)
+        engine = ke.KafkaEngine(directory, info)
         figures = engine.bring_up(desc, sizes, timeout)
         engine.reload()
         engine.info["kafka"]["up"] = figures
-        write_info(directory, engine.info)
+        ke.write_info(directory, engine.info)
         _write_json(directory / LOGDIRS_FILE, engine.log_dirs(), compact=True)
         log.info("kafka sandbox up in %.1fs: %s", figures["up_s"], engine.bootstrap)
         return cls(directory)

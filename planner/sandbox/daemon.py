@@ -15,6 +15,7 @@ barriers on every broker session (so watch events for writes made before the cal
 from __future__ import annotations
 
 import argparse
+import bisect
 import heapq
 import itertools
 import json
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from kazoo.client import KazooClient
 from kazoo.protocol.states import Callback
 from kazoo.retry import KazooRetry
@@ -39,7 +41,7 @@ from planner.sandbox.broker import Broker
 from planner.sandbox.controller import BrokerNotAvailable, Controller
 from planner.sandbox.replication import ConfigCache, Replication
 from planner.sandbox.settings import Timing
-from planner.sandbox.wire import DEFAULT_DISK, Endpoint
+from planner.sandbox.wire import DEFAULT_DISK, Endpoint, LogDirState
 from planner.sandbox.zkio import ControllerMoved
 
 log = logging.getLogger("planner.sandbox.daemon")
@@ -189,7 +191,7 @@ class Daemon:
         self.endpoints: dict[int, Endpoint] = {}
         self.disk: dict[int, int] = {}
         self.faults: dict[int, set[str]] = {}
-        self._wire_index: tuple[Any, dict[int, list[tuple[str, list[int]]]]] | None = None
+        self._wire_index: tuple[Any, dict[int, tuple[list[str], np.ndarray, np.ndarray, np.ndarray]]] | None = None
         self._wire_lock = threading.Lock()
         for b in cfg["brokers"]:
             host, port = b.get("host"), int(b.get("port", 9092))
@@ -235,9 +237,10 @@ class Daemon:
         return br is not None and br.running and not br.shutting_down
 
     # ------------------------------------------------------------------------------- Kafka protocol
-    def _wire_model(self, broker: int) -> Any:
+    def _wire_model(self, broker: int) -> LogDirState | None:
         """What broker `broker` answers DescribeLogDirs with (sandbox/wire.py), None when it does not answer.
-        Runs on a connection's thread: the replica index is built on the loop thread and then only read."""
+        Runs on a connection's thread: the replica index is built on the loop thread and then only read. A
+        replica still copying reports what it has copied so far."""
         br = self.brokers.get(broker)
         faults = self.faults.get(broker, set())
         if br is None or not br.running or "unreachable" in faults:
@@ -245,20 +248,28 @@ class Daemon:
         index = self._replica_index()
         if index is None:
             return None
-        rep = self.replication
-        out = []
-        for topic, pids in index.get(broker, ()):
-            parts = []
-            for pid in pids:
-                size = rep.size(topic, pid)
-                f = rep.fetches.get((topic, pid, broker))
-                if f is not None and f.bytes_left > 0:
-                    size = max(0, int(size - f.bytes_left))
-                parts.append((pid, size))
-            out.append((topic, parts))
-        return (f"/var/lib/kafka/broker-{broker}", self.disk[broker], "logdir" in faults, out)
+        topics, counts, pids, full = index.get(broker) or ([], np.zeros(0, np.int64), np.zeros(0, np.int32),
+                                                           np.zeros(0, np.int64))
+        sizes = full
+        copying = [(f.topic, f.pid, f.bytes_left) for f in list(self.replication.fetches.values())
+                   if f.broker == broker and f.bytes_left > 0]
+        if copying:
+            sizes = full.copy()
+            starts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(counts) else counts
+            for topic, pid, left in copying:
+                i = bisect.bisect_left(topics, topic)
+                if i < len(topics) and topics[i] == topic:
+                    a, n = int(starts[i]), int(counts[i])
+                    hit = np.flatnonzero(pids[a:a + n] == pid)
+                    if len(hit):
+                        j = a + int(hit[0])
+                        sizes[j] = max(0, int(full[j] - left))
+        return LogDirState(f"/var/lib/kafka/broker-{broker}", self.disk[broker], "logdir" in faults, topics, counts,
+                           pids, sizes)
 
-    def _replica_index(self) -> dict[int, list[tuple[str, list[int]]]] | None:
+    def _replica_index(self) -> dict[int, tuple[list[str], np.ndarray, np.ndarray, np.ndarray]] | None:
+        """Per broker: its topics (sorted), replicas per topic, partition ids and described sizes, rebuilt on
+        the loop thread whenever the assignment may have changed."""
         c = self.controller
         if c is None or not c.initialized:
             return None
@@ -268,13 +279,22 @@ class Daemon:
             if self._wire_index is not None and self._wire_index[0] == key:
                 return self._wire_index[1]
             reply = Reply()
+            rep = self.replication
 
             def build() -> None:
-                idx: dict[int, dict[str, list[int]]] = {}
+                per: dict[int, tuple[list[str], list[int], list[int], list[int]]] = {}
                 for (topic, pid), p in sorted(c.parts.items()):
+                    size = rep.size(topic, pid)
                     for r in p.replicas:
-                        idx.setdefault(r, {}).setdefault(topic, []).append(pid)
-                reply.ok({b: list(t.items()) for b, t in idx.items()})
+                        t, cnt, ps, zs = per.setdefault(r, ([], [], [], []))
+                        if not t or t[-1] != topic:
+                            t.append(topic)
+                            cnt.append(0)
+                        cnt[-1] += 1
+                        ps.append(pid)
+                        zs.append(size)
+                reply.ok({b: (t, np.asarray(cnt, np.int64), np.asarray(ps, np.int32), np.asarray(zs, np.int64))
+                          for b, (t, cnt, ps, zs) in per.items()})
 
             self.loop.post(build)
             if not reply.wait(60):

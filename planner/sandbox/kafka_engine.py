@@ -49,6 +49,7 @@ from planner.errors import BadInput, PlannerError
 from planner.kafka import broker as kbroker
 from planner.kafka import data as kdata
 from planner.kafka.jars import KafkaJars, cached, ensure_jars
+from planner.kafka.tls import broker_settings as tls_settings
 from planner.sandbox.settings import Timing
 from planner.sandbox.zkio import multi_read
 from planner.zkserver import free_port, pid_alive
@@ -359,10 +360,14 @@ class KafkaEngine:
         settings.update({k: v for k, v in extra.items() if not isinstance(v, dict)})
         settings.update(extra.get(str(rec.id), {}))   # a broker id as key: that broker's own entries
         sasl = self.kinfo.get("sasl") or {}
+        tls = self.kinfo.get("ssl")
+        ports = self.kinfo["brokers"][str(rec.id)]
         return kbroker.BrokerSpec(rec.id, rec.dir, rec.port, self.info["connect"], rec.rack,
                                   int(self.kinfo.get("heap_mb", 256)), settings,
-                                  sasl_port=self.kinfo["brokers"][str(rec.id)].get("sasl_port"),
-                                  sasl_users={sasl["username"]: sasl["password"]} if sasl else {})
+                                  sasl_port=ports.get("sasl_port"),
+                                  sasl_users={sasl["username"]: sasl["password"]} if sasl else {},
+                                  ssl_port=ports.get("ssl_port") if tls else None,
+                                  ssl_settings=tls_settings(tls) if tls else {})
 
     def _launch(self, recs: list[BrokerRecord]) -> None:
         cp = self.jars().classpath
@@ -616,7 +621,9 @@ class KafkaEngine:
 
     def endpoints(self, protocol: str = "PLAINTEXT") -> dict[int, str]:
         """Each broker's listener of that protocol, host:port."""
-        key = "port" if protocol == "PLAINTEXT" else "sasl_port"
+        key = {"PLAINTEXT": "port", "SASL_PLAINTEXT": "sasl_port", "SSL": "ssl_port"}.get(protocol)
+        if key is None:
+            raise BadInput(f"a kafka sandbox has no {protocol} listener (PLAINTEXT, SASL_PLAINTEXT, SSL)")
         return {int(b): f"127.0.0.1:{d[key]}" for b, d in self.kinfo["brokers"].items() if d.get(key)}
 
 
@@ -677,16 +684,41 @@ def shutdown_report(server_log: Path, offset: int = 0) -> dict[str, Any]:
             "unclean_shutdown": bool(_UNCLEAN.search(text))}
 
 
-def broker_records(directory: Path, desc: Cluster, sasl: bool = False) -> dict[str, dict[str, Any]]:
+def broker_records(directory: Path, desc: Cluster, sasl: bool = False, ssl: bool = False
+                   ) -> dict[str, dict[str, Any]]:
     out = {}
     for b in desc.brokers:
         out[str(b.id)] = {"dir": str(directory / KAFKA_DIR / f"broker-{b.id}"), "port": free_port(),
                           "rack": b.rack, "pid": None, "state": STOPPED,
-                          "sasl_port": free_port() if sasl else None, "disk_bytes": b.disk_bytes}
+                          "sasl_port": free_port() if sasl else None, "ssl_port": free_port() if ssl else None,
+                          "disk_bytes": b.disk_bytes}
     return out
 
 
 # ------------------------------------------------------------------------------------ log-dir volumes
+MOUNT_HELP = ("disk_bytes for the kafka engine gives each broker's log dir a volume of exactly that size (a tmpfs "
+              "mounted there), which needs mount rights: root with CAP_SYS_ADMIN; or describe the brokers without "
+              "disk_bytes")
+
+
+def check_can_mount() -> None:
+    """Refuse at once, with one line, where `mount_log_dir` would fail: a tiny tmpfs mounted and unmounted on a
+    scratch folder (not root, or root without CAP_SYS_ADMIN, as in an unprivileged container). `mount` never
+    waits for input, and a time limit guards against one that would."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="kplan-mount-check-") as d:
+        try:
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4096,mode=0700", "tmpfs", d],
+                                  capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise BadInput(f"{MOUNT_HELP}; mount could not run: {e}") from None
+        if done.returncode != 0:
+            why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[0]
+            raise BadInput(f"{MOUNT_HELP}; mounting is not possible here ({why})")
+        subprocess.run(["umount", d], capture_output=True, timeout=20, stdin=subprocess.DEVNULL)
+
+
 def mount_log_dir(rec: dict[str, Any]) -> None:
     """A broker described with `disk_bytes` gets its own volume of exactly that size (a tmpfs mounted on its
     log dir), so DescribeLogDirs reports that TotalBytes and a full disk is real. Needs mount rights (root)."""
@@ -697,11 +729,14 @@ def mount_log_dir(rec: dict[str, Any]) -> None:
     data.mkdir(parents=True, exist_ok=True)
     if _mounted(data):
         return
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size)},mode=0755", "tmpfs", str(data)],
-                          capture_output=True, text=True)
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size)},mode=0755", "tmpfs", str(data)],
+                              capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BadInput(f"{MOUNT_HELP}; mount could not run: {e}") from None
     if done.returncode != 0:
-        raise BadInput(f"disk_bytes for the kafka engine mounts a tmpfs on each broker's log dir, which failed: "
-                       f"{done.stderr.strip() or done.returncode} (needs root)")
+        why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[0]
+        raise BadInput(f"{MOUNT_HELP}; mounting {data} failed ({why})")
 
 
 def unmount_log_dirs(directory: Path) -> list[str]:
@@ -715,8 +750,12 @@ def unmount_log_dirs(directory: Path) -> list[str]:
     for line in mounts:
         parts = line.split()
         if len(parts) > 2 and parts[2] == "tmpfs" and parts[1].startswith(prefix):
-            if subprocess.run(["umount", parts[1]], capture_output=True).returncode == 0:
-                done.append(parts[1])
+            try:
+                if subprocess.run(["umount", parts[1]], capture_output=True, timeout=20,
+                                  stdin=subprocess.DEVNULL).returncode == 0:
+                    done.append(parts[1])
+            except subprocess.TimeoutExpired:
+                log.warning("umount %s did not return within 20 s", parts[1])
     return done
 
 
