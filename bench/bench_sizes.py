@@ -2,7 +2,9 @@
 
 1. `kplan snapshot` with sizes and capacity read from the brokers (DescribeLogDirs from all 200 emulated
    brokers, each at the endpoint its ZooKeeper registration gives) against `kplan snapshot --no-sizes` (what
-   the snapshot read before: ZooKeeper only), on the same running sandbox. Target: with sizes <= 2x without.
+   the snapshot read before: ZooKeeper only), on the same running sandbox (the generated cluster, RF 3, 3 racks,
+   each broker's disk --disk-tib, 8 TiB: its synthetic sizes fill 45-62 % of that). Target: with sizes <= 2x
+   without.
 2. Every plan kind that checks disk capacity, with the constraint against the same plan without it (the
    snapshot's capacity columns nulled: nothing to check; sizes stay, so everything else is the same work):
    - `plan drain` of one broker, with room to spare (the default 85 %: the constraint only checks) and tight
@@ -42,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from planner import snapshot_io as sio  # noqa: E402
 from planner.sandbox import Sandbox  # noqa: E402
+from planner.sandbox.presets import generated_description  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 
@@ -165,6 +168,7 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=200_000)
     ap.add_argument("--brokers", type=int, default=200)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--disk-tib", type=float, default=8.0, help="each broker's log-dir capacity (8 TiB)")
     ap.add_argument("--keep", type=Path, help="keep the snapshots here")
     ap.add_argument("--skip-snapshot", type=Path, help="plan from this with-sizes snapshot; no sandbox")
     ap.add_argument("--only", help="comma-separated plan kinds (drain,rebalance,restart,return)")
@@ -178,9 +182,13 @@ def main() -> int:
         if args.skip_snapshot:
             with_cap = args.skip_snapshot
         else:
+            # the generated cluster's synthetic sizes put 3.6-4.9 TiB on each broker at 200k partitions: disks of
+            # --disk-tib (8 TiB: 45-62 % used) leave the default 85 % limit room, as a cluster in service has
+            desc = generated_description(args.brokers, 3, args.partitions, 3, 0)
+            for b in desc["brokers"]:
+                b["disk_bytes"] = int(args.disk_tib * (1 << 40))
             t = time.perf_counter()
-            sb = Sandbox.up(work / "sb", brokers=args.brokers, partitions=args.partitions, rf=3, racks=3,
-                            timeout=1800, catch_up_delay=0.1, auto_rebalance=False)
+            sb = Sandbox.up(work / "sb", cluster=desc, timeout=1800, catch_up_delay=0.1, auto_rebalance=False)
             out["sandbox_up_s"] = round(time.perf_counter() - t, 1)
             print(f"sandbox up: {args.brokers} brokers, {args.partitions} partitions in {out['sandbox_up_s']} s "
                   f"(load {load()})", flush=True)

@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from planner.errors import BadInput
 
 log = logging.getLogger(__name__)
@@ -179,11 +181,11 @@ class BrokerLogDirs:
     error: str | None = None
     api_version: int | None = None
     dirs: list[dict[str, Any]] = field(default_factory=list)   # {dir, error, total_bytes, usable_bytes}
-    # replicas, parallel lists: topic, partition, size, is_future, log dir index
+    # replicas, parallel: topic, partition, size, is_future (planner/kafka_log_dirs.py reads them as arrays)
     topics: list[str] = field(default_factory=list)
-    partitions: list[int] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
-    future: list[bool] = field(default_factory=list)
+    partitions: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    sizes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    future: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
 
 
 def _error_name(code: int) -> str | None:
@@ -200,7 +202,8 @@ def describe_log_dirs(endpoints: Mapping[int, str | None], security: KafkaSecuri
     one broker. `endpoints`: broker id -> host:port (None: the broker has no listener of that protocol)."""
     from kafka.net.manager import KafkaConnectionManager
     from kafka.net.selector import NetworkSelector
-    from kafka.protocol.admin import DescribeLogDirsRequest
+
+    from planner import kafka_log_dirs
 
     out = {b: BrokerLogDirs(b, ep) for b, ep in endpoints.items()}
     targets = [(b, ep) for b, ep in sorted(endpoints.items()) if ep]
@@ -243,28 +246,29 @@ def describe_log_dirs(endpoints: Mapping[int, str | None], security: KafkaSecuri
                                  "authentication, as Kafka does when it rejects the credentials")
                 return
             try:
-                resp = await conn.send_request(DescribeLogDirsRequest(topics=None))
+                ans = await conn.send_request(kafka_log_dirs.request())
             except Exception as e:  # noqa: BLE001
                 rec.status, rec.error = "error", _text(e)
                 return
-            rec.api_version = resp.API_VERSION
-            top = getattr(resp, "error_code", 0)
-            if top:
-                rec.status, rec.error = "error", f"DescribeLogDirs answered {_error_name(top)}"
+            rec.api_version = ans.api_version
+            if ans.error_code:
+                rec.status, rec.error = "error", f"DescribeLogDirs answered {_error_name(ans.error_code)}"
                 return
-            for r in resp.results:
-                rec.dirs.append({"dir": r.log_dir, "error": _error_name(r.error_code),
-                                 "total_bytes": int(getattr(r, "total_bytes", -1)),
-                                 "usable_bytes": int(getattr(r, "usable_bytes", -1))})
-                if r.error_code:
+            topics, parts, sizes, future = [], [], [], []
+            for d in ans.dirs:
+                rec.dirs.append({"dir": d.log_dir, "error": _error_name(d.error_code),
+                                 "total_bytes": int(d.total_bytes), "usable_bytes": int(d.usable_bytes)})
+                if d.error_code:
                     continue
-                for t in r.topics:
-                    n = len(t.partitions)
-                    rec.topics.extend([t.name] * n)
-                    for p in t.partitions:
-                        rec.partitions.append(p.partition_index)
-                        rec.sizes.append(p.partition_size)
-                        rec.future.append(bool(p.is_future_key))
+                topics.append(np.repeat(np.asarray(d.topics, dtype=object), d.counts))
+                parts.append(d.partitions)
+                sizes.append(d.sizes)
+                future.append(d.future)
+            if topics:
+                rec.topics = np.concatenate(topics).tolist()
+                rec.partitions = np.concatenate(parts)
+                rec.sizes = np.concatenate(sizes)
+                rec.future = np.concatenate(future)
 
         async def all_of() -> None:
             tasks = [manager.call_soon(one, b, ep) for b, ep in targets]

@@ -125,11 +125,11 @@ def replica_sizes_from_brokers(partitions: pa.Table, report: dict) -> tuple[pa.T
     rsize = np.full(reps.shape, -1, dtype=np.int64)
     b_ids, topics, parts, sizes = [], [], [], []
     for b, rec in report.items():
-        if rec.status != "ok" or not rec.sizes:
+        if rec.status != "ok" or not len(rec.sizes):
             continue
         keep = ~np.asarray(rec.future, dtype=bool)
         b_ids.append(np.full(int(keep.sum()), b, dtype=np.int64))
-        topics.extend(t for t, k in zip(rec.topics, keep.tolist(), strict=True) if k)
+        topics.extend(rec.topics if keep.all() else (t for t, k in zip(rec.topics, keep.tolist(), strict=True) if k))
         parts.append(np.asarray(rec.partitions, dtype=np.int64)[keep])
         sizes.append(np.asarray(rec.sizes, dtype=np.int64)[keep])
     stray = 0

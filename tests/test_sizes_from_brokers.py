@@ -221,3 +221,40 @@ def test_a_replica_still_copying_reports_what_it_has_copied_so_far(tmp_path, zk_
             zk.stop()
     finally:
         s.down()
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("error", [False, True])
+def test_the_clients_array_reader_agrees_with_kafka_pythons_decoder(version, error):
+    """planner/kafka_log_dirs.py reads a DescribeLogDirs answer straight into arrays; kafka-python's own decoder
+    is the reference, entry by entry. An answer it does not expect (here: a tagged field inside a partition
+    entry, which Kafka never writes) goes to that decoder instead, with the same figures."""
+    import numpy as np
+
+    from planner import kafka_log_dirs
+    from planner.sandbox import wire
+
+    names = ["a", "topic-é", "t" * 300]
+    counts = np.array([1, 3, 130], np.int64)
+    pids = np.concatenate([[0], [2, 0, 7], np.arange(130)]).astype(np.int32)
+    sizes = np.concatenate([[0], [5, 1 << 40, 123], np.arange(130) * 1_000_003]).astype(np.int64)
+    state = wire.LogDirState("/var/lib/kafka/broker-3", 1 << 42, error, names, counts, pids, sizes)
+    frame = wire.describe_log_dirs_frame(version, 4242, state)
+    body = frame[4 + 4 + (1 if version >= 2 else 0):]          # size, correlation id, header tagged fields
+    fast = kafka_log_dirs.decode(body, version)
+    ref = kafka_log_dirs.from_structs(kafka_log_dirs._structs(body, version), version)
+    assert fast.fast and not ref.fast
+
+    def flat(a):
+        return [(d.error_code, d.log_dir, d.total_bytes, d.usable_bytes, d.topics, d.counts.tolist(),
+                 d.partitions.tolist(), d.sizes.tolist(), d.future.tolist()) for d in a.dirs], a.error_code
+
+    assert flat(fast) == flat(ref)
+    assert fast.dirs[0].sizes.tolist() == ([] if error else sizes.tolist())
+    if version >= 2 and not error:
+        # the first partition entry's tagged-field count (its last byte) set to 1, with one empty tag after it
+        at = frame.index(b"\x00" * 4 + b"\x00" * 8 + b"\x00" * 8 + b"\x00\x00") + 21   # topic "a", partition 0
+        odd = frame[:at] + b"\x01\x00\x00" + frame[at + 1:]
+        odd_body = odd[4 + 4 + 1:]
+        got = kafka_log_dirs.decode(odd_body, version)
+        assert not got.fast and flat(got) == flat(ref)
