@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -131,12 +132,12 @@ def tight_drain(snap_dir: Path, drained_id: int) -> tuple[str, int]:
     moving = sum(s for reps, s in zip(p["replicas"], p["size_bytes"], strict=True) if drained_id in reps)
     kept = [(u, c) for x, u, c in zip(b["broker"], b["disk_used_bytes"], b["capacity_bytes"], strict=True)
             if x != drained_id]
-    lo, hi = max(u / c for u, c in kept), 1.0
+    lo, hi = max(u / c for u, c in kept) + 1e-6, 1.0     # never below a kept broker's use now
     for _ in range(60):
         mid = (lo + hi) / 2
         room = sum(max(0, mid * c - u) for u, c in kept)
         lo, hi = (mid, hi) if room < 1.3 * moving else (lo, mid)
-    return f"{hi:.6f}", moving
+    return f"{math.ceil(hi * 1e6) / 1e6:.6f}", moving    # rounded up: printing must not drop it below
 
 
 def run_plan(argv: list[str], out_dir: Path) -> dict:
