@@ -250,7 +250,8 @@ def _sizes_from_brokers(read: ClusterRead, tables, security: kafka_admin.KafkaSe
     report = kafka_admin.describe_log_dirs(endpoints, security, timeout)
     denied = [r for r in report.values() if r.status == "auth-failed"]
     if denied:
-        r = denied[0]
+        # the broker whose answer carries Kafka's own reason, if one does (the others closed before it was read)
+        r = next((x for x in denied if not (x.error or "").startswith("the broker closed")), denied[0])
         raise BadInput(f"Kafka broker {r.broker} at {r.endpoint} refused {security.describe()}: {r.error}"
                        + (f" (and {len(denied) - 1} more brokers)" if len(denied) > 1 else "")
                        + "; check the Kafka credentials (connection or --kafka-* options)")
