@@ -445,6 +445,14 @@ CASES = [
     Case("snapshot-brokers-unreachable", lambda c: ["snapshot", "--zk", c.load(SEED), "--out", str(c.out),
                                                     "--kafka-timeout", "2"],
          2, "no registered broker answered DescribeLogDirs over PLAINTEXT (broker 1 at broker-1:9092", zk=True),
+    # ... and over SASL (the listener named, as a broker's own name for it): the password never shows
+    Case("snapshot-brokers-unreachable-sasl", lambda c: ["snapshot", "--zk", c.load(SEED), "--out", str(c.out),
+                                                         "--kafka-timeout", "2", "--kafka-security-protocol",
+                                                         "SASL_PLAINTEXT", "--kafka-listener", "PLAINTEXT",
+                                                         "--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username",
+                                                         "kplan"],
+         2, "no registered broker answered DescribeLogDirs over SASL_PLAINTEXT (PLAIN, user kplan", zk=True,
+         env={"KPLAN_KAFKA_PASSWORD": "Unreachable-s3cret-9"}),
     Case("snapshot-sizes-and-no-sizes", lambda c: ["snapshot", "--zk", "127.0.0.1:1", "--out", str(c.out),
                                                    "--sizes", str(_sizes(c, {"payments-0": 1})), "--no-sizes"],
          2, "give either --sizes FILE or --no-sizes, not both"),
@@ -488,6 +496,9 @@ def test_bad_input_gets_one_clear_line_and_writes_nothing(case, ctx, capsys, mon
     assert rc == case.code, err
     assert case.message in err, err
     assert "Traceback" not in err and "Traceback" not in out
+    for k, v in case.env.items():
+        if "PASSWORD" in k:
+            assert v not in out + err, k          # no secret in any output
     lines = [x for x in err.splitlines() if "error:" in x]
     assert len(lines) == 1, err
     assert not [x for x in err.splitlines() if "WARNING" in x or "kazoo" in x], err   # no retry noise
