@@ -30,6 +30,7 @@ import fcntl
 import json
 import logging
 import re
+import signal
 import subprocess
 import time
 import uuid
@@ -300,13 +301,31 @@ class BrokerRecord:
 _CHILDREN: dict[int, subprocess.Popen] = {}
 
 
-def _reap(pid: int | None) -> None:
+def _reap(pid: int | None) -> int | None:
+    """Wait for a broker JVM this process started; its exit status (Popen's: -N for signal N), or None when
+    it is not a child of this process or still runs."""
     p = _CHILDREN.pop(pid, None) if pid else None
     if p is not None:
         try:
-            p.wait(timeout=5)
+            return p.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+    return None
+
+
+def _exit_status(code: int | None) -> str:
+    """How a broker JVM ended, for the error that says it is gone. Kafka logs before it exits or halts
+    (Kafka.scala, ReplicaFetcherThread, LogDirFailureHandler: fatal, then Exit.exit / Exit.halt); a SIGKILL
+    leaves no line at all and comes from outside the JVM."""
+    if code is None:
+        return "exit status unknown (not started by this process, or still running)"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}" + (" (sent from outside the JVM)" if -code == signal.SIGKILL else "")
+    return f"exit code {code}"
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -386,8 +405,8 @@ class KafkaEngine:
         for b in ids:
             r = recs[b]
             if r.state == RUNNING and not r.process_alive:
-                _reap(r.pid)
-                raise KafkaSandboxError(f"broker {b}'s JVM (pid {r.pid}) is gone; its last log lines:\n"
+                status = _exit_status(_reap(r.pid))
+                raise KafkaSandboxError(f"broker {b}'s JVM (pid {r.pid}) is gone, {status}; its last log lines:\n"
                                         f"{_tail(r.dir / 'server.log')}\n{_tail(r.dir / 'stdout.log', 10)}")
 
     def _wait(self, client: KazooClient, what: str, timeout: float, check: Callable[[View], list[str]],
