@@ -269,19 +269,25 @@ def transport_bound(net: _Net, lo_b: np.ndarray, hi_b: np.ndarray) -> int | None
     hi[j] = hi_b - net.fixed
     if (hi < lo).any():
         return None
-    hi = np.minimum(hi, net.supply + 1)
+    m = _min_cost_flow(net, lo, np.minimum(hi, net.supply + 1), net.costs)
+    if m is None:
+        return None
+    return int(m.optimal_cost() + (net.costs * lo).sum())
+
+
+def _min_cost_flow(net: _Net, lo: np.ndarray, hi: np.ndarray,
+                   cost: np.ndarray) -> min_cost_flow.SimpleMinCostFlow | None:
+    """The network's supply sent from source to sink with per-arc bounds [lo, hi] at least cost; solved, or
+    None when no flow fits. Lower bounds become supplies: each arc's lower part is sent first."""
     m = min_cost_flow.SimpleMinCostFlow()
-    m.add_arcs_with_capacity_and_unit_cost(net.tails.astype(np.int32), net.heads.astype(np.int32), hi - lo,
-                                           net.costs)
+    m.add_arcs_with_capacity_and_unit_cost(net.tails.astype(np.int32), net.heads.astype(np.int32), hi - lo, cost)
     sup = np.zeros(net.n_nodes, np.int64)
     np.subtract.at(sup, net.tails, lo)
     np.add.at(sup, net.heads, lo)
     sup[net.source] += net.supply
     sup[net.sink] -= net.supply
     m.set_nodes_supplies(np.arange(net.n_nodes, dtype=np.int32), sup)
-    if m.solve() != m.OPTIMAL:
-        return None
-    return int(m.optimal_cost() + (net.costs * lo).sum())
+    return m if m.solve() == m.OPTIMAL else None
 
 
 def _rack_range(net: _Net, q: int) -> tuple[int, int]:
@@ -290,19 +296,10 @@ def _rack_range(net: _Net, q: int) -> tuple[int, int]:
     mine = net.broker_arc0 + np.flatnonzero(net.rack_of_e == q)
     out = []
     for sign in (1, -1):
-        m = min_cost_flow.SimpleMinCostFlow()
         cost = np.zeros(len(net.tails), np.int64)
         cost[mine] = sign
-        lo, hi = net.lower, np.minimum(net.upper, net.supply + 1)
-        m.add_arcs_with_capacity_and_unit_cost(net.tails.astype(np.int32), net.heads.astype(np.int32),
-                                               hi - lo, cost)
-        sup = np.zeros(net.n_nodes, np.int64)   # lower bounds as supplies: each arc's lower part is sent first
-        np.subtract.at(sup, net.tails, lo)
-        np.add.at(sup, net.heads, lo)
-        sup[net.source] += net.supply
-        sup[net.sink] -= net.supply
-        m.set_nodes_supplies(np.arange(net.n_nodes, dtype=np.int32), sup)
-        if m.solve() != m.OPTIMAL:
+        m = _min_cost_flow(net, net.lower, np.minimum(net.upper, net.supply + 1), cost)
+        if m is None:
             return 0, 0
         flows = np.asarray(m.flows(mine.astype(np.int32)), dtype=np.int64) + net.lower[mine]
         out.append(int(flows.sum() + net.fixed[net.rack_of_e == q].sum()))
