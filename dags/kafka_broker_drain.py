@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.sdk import DAG, Param
-from kplan_airflow.form import broker_picker
+from kplan_airflow.form import broker_picker, sizes_params
 from kplan_airflow.operators import (
     ApplyOperator,
     DrainPlanOperator,
@@ -72,12 +72,7 @@ with DAG(
                         "with their maintenance state, shown by kplan brokers and in every plan's review"),
         "verify_timeout": Param(1800, type="integer", minimum=1, title="Verify timeout (s)"),
         "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
-        "sizes_from": Param("brokers", enum=["brokers", "none"], title="Sizes from",
-                            description="brokers = partition sizes and disk capacity from the brokers' "
-                            "DescribeLogDirs; none = count-only (the plan then needs a throttle or no_throttle)"),
-        "kafka_conn_id": Param(None, type=["null", "string"], title="Kafka connection",
-                               description="Apache Kafka connection (security.protocol, SASL, SSL) through which "
-                               "the brokers are asked for sizes and disk capacity; empty = PLAINTEXT"),
+        **sizes_params(),
         "sizes": Param(None, type=["null", "string"], title="Partition sizes file",
                        description="kafka-log-dirs.sh --describe output (optional: sizes weigh the plan)"),
     },

@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.sdk import DAG, Param
-from kplan_airflow.form import broker_picker
+from kplan_airflow.form import broker_picker, sizes_params
 from kplan_airflow.operators import PlanApprovalOperator, PublishOperator, RiskOperator, SnapshotOperator
 from kplan_airflow.roll_ops import (
     RestartPlanOperator,
@@ -63,12 +63,7 @@ with DAG(
         "reason": Param(None, type=["null", "string"], title="Reason",
                         description="Why the brokers restart (an OS patch, a config change, a ticket): recorded "
                         "with their maintenance state while each restarts"),
-        "sizes_from": Param("brokers", enum=["brokers", "none"], title="Sizes from",
-                            description="brokers = partition sizes and disk capacity from the brokers' "
-                            "DescribeLogDirs; none = count-only (the plan then needs a throttle or no_throttle)"),
-        "kafka_conn_id": Param(None, type=["null", "string"], title="Kafka connection",
-                               description="Apache Kafka connection (security.protocol, SASL, SSL) through which "
-                               "the brokers are asked for sizes and disk capacity; empty = PLAINTEXT"),
+        **sizes_params(),
         "max_disk_usage": Param(0.85, type="number", exclusiveMinimum=0, maximum=1, title="Max disk usage"),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),
         "kafka_version": Param("3.7", type="string", title="Kafka version (min-ISR rule)"),

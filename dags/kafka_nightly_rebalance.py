@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.sdk import DAG, CronTriggerTimetable, Param, conf
+from kplan_airflow.form import sizes_params
 from kplan_airflow.operators import (
     ApplyOperator,
     IdleCheckOperator,
@@ -63,12 +64,7 @@ with DAG(
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),
         "verify_timeout": Param(3600, type="integer", minimum=1, title="Verify timeout (s)"),
         "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
-        "sizes_from": Param("brokers", enum=["brokers", "none"], title="Sizes from",
-                            description="brokers = partition sizes and disk capacity from the brokers' "
-                            "DescribeLogDirs; none = count-only (the plan then needs a throttle or no_throttle)"),
-        "kafka_conn_id": Param(None, type=["null", "string"], title="Kafka connection",
-                               description="Apache Kafka connection (security.protocol, SASL, SSL) through which "
-                               "the brokers are asked for sizes and disk capacity; empty = PLAINTEXT"),
+        **sizes_params(),
         "sizes": Param(None, type=["null", "string"], title="Partition sizes file"),
     },
 ) as dag:

@@ -55,3 +55,17 @@ def broker_picker(title: str, description: str) -> Any:
                         "a broker that joined since can be named in the trigger's JSON conf")
     return Param(type="array", items=ITEM, minItems=1, uniqueItems=True, title=title, description=description,
                  **extra)
+
+
+def sizes_params() -> dict[str, Any]:
+    """The two Params every planning DAG shares: where sizes come from, and the Kafka connection to ask."""
+    from airflow.sdk import Param
+
+    return {
+        "sizes_from": Param("brokers", enum=["brokers", "none"], title="Sizes from",
+                            description="brokers = partition sizes and disk capacity from the brokers' "
+                            "DescribeLogDirs; none = count-only (the plan then needs a throttle or no_throttle)"),
+        "kafka_conn_id": Param(None, type=["null", "string"], title="Kafka connection",
+                               description="Apache Kafka connection (security.protocol, SASL, SSL) through which "
+                               "the brokers are asked for sizes and disk capacity; empty = PLAINTEXT"),
+    }
