@@ -8,6 +8,7 @@
     plan_restart(RestartRequest)   -> PlanOutcome        snapshot -> restart plan (temporary replicas, the roll)
     apply(ApplyRequest)            -> ApplyOutcome       plan folder -> the cluster, batch by batch (ZooKeeper)
     verify(VerifyRequest)          -> VerifyOutcome      converged? elect, remove throttles, report.json
+    verify_probe(VerifyRequest)    -> dict               converged yet? one read-only pass (a deferred wait)
     cancel(CancelRequest)          -> CancelOutcome      stop (or revert) a running apply
     brokers(BrokersRequest)        -> BrokerRow, ...     brokers and their maintenance state (read-only)
     clear_maintenance(ClearRequest) -> ClearOutcome      the explicit act that ends a broker's maintenance
@@ -65,7 +66,7 @@ __all__ = ["ApplySchedule",
     "ClearRequest", "brokers", "clear_maintenance", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
     "VerifyOutcome", "VerifyRequest", "apply", "apply_schedule", "cancel", "kafka_security", "plan_drain", "plan_rebalance", "plan_restart", "plan_return",
     "read_plan",
-    "read_snapshot", "reread", "risk", "snapshot", "verify", "verify_report_text", "human_size", "human_duration",
+    "read_snapshot", "reread", "risk", "snapshot", "verify", "verify_probe", "verify_report_text", "human_size", "human_duration",
 ]
 
 log = logging.getLogger(__name__)
@@ -462,6 +463,8 @@ class VerifyRequest:
     elect: bool = True                        # preferred election where the leader is not the target's first
     timeout: float = 10.0                     # ZooKeeper connection timeout (as in every request)
     fail: bool = True                         # raise NotConverged on timeout (False: return converged=False)
+    since: float | None = None                # epoch s the wait began, when a deferred wait (verify_probe polled
+    #                                           elsewhere) came first: the report's seconds_to_converge count from it
 
 
 @dataclass(frozen=True)
@@ -541,7 +544,7 @@ def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyO
     from planner.execution import steps
     from planner.execution.verify import VerifyOptions
 
-    opts = VerifyOptions(timeout=req.wait, poll=req.poll, elect=req.elect)
+    opts = VerifyOptions(timeout=req.wait, poll=req.poll, elect=req.elect, since=req.since)
     try:
         r = steps.verify(req.zk, req.plan, opts, auth=req.auth, connect_timeout=req.timeout, out=req.out,
                          progress=_exec_progress("verify", progress))
@@ -554,6 +557,23 @@ def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyO
         return VerifyOutcome(getattr(e, "path", None), report.get("plan_id", ""), False, pending,
                              tuple(report.get("warnings", ())), report)
     return VerifyOutcome(r.path, r.plan_id, True, (), tuple(r.warnings), r.report)
+
+
+def verify_probe(req: VerifyRequest) -> dict[str, Any]:
+    """One read-only look at whether the cluster has converged to the plan (verify's own test, one pass; no
+    lock, no write, no file): what a deferred wait polls before `verify` finishes the job. Returns
+    {"status": "converged" | "waiting", "converged": n, "total": n, "reassigning": bool,
+    "leaders_on_preferred": n, "pending": [up to 20 partitions]}, or {"status": "failed", "message": ...} for an
+    error no retry mends (the plan folder changed, not a Kafka cluster, ...). ZkUnavailable (retryable) is
+    raised: try again later. Uses req.zk, req.plan, req.auth, req.timeout."""
+    from planner.execution import steps
+
+    try:
+        return steps.verify_probe(req.zk, req.plan, auth=req.auth, connect_timeout=req.timeout)
+    except PlannerError as e:
+        if e.retryable:
+            raise
+        return {"status": "failed", "message": str(e)}
 
 
 # ------------------------------------------------------------------------------------ maintenance state

@@ -27,7 +27,7 @@ from planner.errors import BadInput, Interrupted
 from planner.execution.executor import Executor, Options, Result
 from planner.execution.planview import RunPlan, from_plan
 from planner.execution.progress import Progress, write_json_atomic
-from planner.execution.verify import Verifier, VerifyOptions, VerifyResult
+from planner.execution.verify import Verifier, VerifyOptions, VerifyResult, probe
 from planner.runfolder import RECORD_FILES, check_records, records_folder
 
 log = logging.getLogger(__name__)
@@ -202,3 +202,17 @@ def verify(zk: str, plan_path: Path | str, options: VerifyOptions, *, auth: tupl
     with zkmod.session(zk, auth=auth, timeout=connect_timeout) as client:
         _connected(client)
         return Verifier(client, plan, options, progress).verify()
+
+
+def verify_probe(zk: str, plan_path: Path | str, *, auth: tuple[str, str] | None = None,
+                 connect_timeout: float = 10.0) -> dict[str, Any]:
+    """One read-only convergence check of the plan (verify.probe): no lock, no write, no file. What a deferred
+    wait polls; the verify that follows it writes the report."""
+    from planner.execution.clusterview import ClusterView
+
+    zkmod.parse_connect(zk)
+    plan = load_plan(plan_path)
+    _not_a_roll(plan, plan_path, "verify")
+    with zkmod.session(zk, auth=auth, timeout=connect_timeout) as client:
+        _connected(client)
+        return probe(ClusterView(client), plan).status(plan.partitions_total)

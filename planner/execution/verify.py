@@ -1,10 +1,12 @@
 """Verify: did the cluster converge to the plan? Then finish the job: preferred election, throttles off, report.
 
-1. Wait (up to `timeout`) until every partition of the plan has converged (diagnosis.converged). The loop
-   re-reads only partitions not yet converged, in bulk, and is woken by a watch on
-   `/admin/reassign_partitions` (the controller updates it as partitions complete and deletes it after the last
-   ISR join), so convergence is noticed within one poll interval of the last ISR join, usually within
-   milliseconds. Once all look converged, one more read of all of them confirms it.
+1. Wait (up to `timeout`) until every partition of the plan has converged (diagnosis.converged): `probe` in a
+   loop until the deadline. `probe` is one read-only pass (the reassignment znode, then the partitions, in
+   bulk); it is also what a deferred wait polls from elsewhere (planner.api.verify_probe, Airflow's
+   VerifyTrigger), so both decide "converged" alike. The loop re-probes only partitions not yet converged and
+   is woken by a watch on `/admin/reassign_partitions` (the controller updates it as partitions complete and
+   deletes it after the last ISR join), so convergence is noticed within one poll interval of the last ISR
+   join, usually within milliseconds. Once all look converged, one probe of all of them confirms it.
 2. A preferred election for partitions whose leader is not `target[0]` (where that replica is registered and
    in the ISR), and a wait for it.
 3. The run's throttles removed (a broker's rates only once none of its moves is in flight).
@@ -56,6 +58,8 @@ class VerifyOptions:
     report: Path | None = None         # where report.json goes
     progress_file: Path | None = None
     connect: str | None = None         # the connect string, to name in what to run next (it holds no credential)
+    since: float | None = None         # epoch s the wait began, when it began before this call (a deferred wait
+    #                                    resumed): seconds_to_converge counts from then
 
 
 @dataclass
@@ -66,6 +70,41 @@ class VerifyResult:
     path: Path | None
     message: str
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Probe:
+    """One read-only pass over the plan's partitions (or `keys` of them): which have converged, which not."""
+
+    statuses: dict[Key, PartStatus]
+    pending: list[Key]                 # not converged (all of them while the reassignment znode is malformed)
+    reassigning: bool                  # /admin/reassign_partitions exists
+    preferred: int                     # partitions read whose leader is their target's first replica
+
+    @property
+    def converged(self) -> bool:
+        return not self.pending
+
+    def status(self, total: int) -> dict[str, Any]:
+        """JSON-serialisable: what a deferred wait passes on (planner.api.verify_probe)."""
+        return {"status": "converged" if self.converged else "waiting",
+                "converged": len(self.statuses) - len(self.pending), "total": total,
+                "reassigning": self.reassigning, "leaders_on_preferred": self.preferred,
+                "pending": [preflight.name(k) for k in self.pending[:20]]}
+
+
+def probe(view: ClusterView, plan: RunPlan, keys: list[Key] | None = None) -> Probe:
+    """Read `/admin/reassign_partitions` once and the partitions `keys` (default: all of the plan's) once, in bulk;
+    never writes. A partition has converged as diagnosis.converged says (absent from the reassignment znode,
+    replicas == target, no adding/removing replicas, leader in the target, ISR full)."""
+    keys = list(plan.moves) if keys is None else keys
+    z = retrying(view.reassignment)
+    zk = reassign_keys(z) if z.entries is not None else {}
+    blocked = z.exists and z.entries is None   # a malformed znode: nothing counts as done until it is gone
+    statuses = retrying(lambda: view.partitions(keys))
+    pending = [k for k in keys if blocked or not converged(statuses[k], plan.moves[k].to, k in zk)]
+    preferred = sum(1 for k in keys if statuses[k].leader == plan.moves[k].to[0])
+    return Probe(statuses, pending, z.exists, preferred)
 
 
 class Verifier:
@@ -98,9 +137,9 @@ class Verifier:
 
     # ----------------------------------------------------------------------------------- convergence
     def wait_converged(self) -> tuple[bool, dict[Key, PartStatus], float | None]:
-        """Returns (converged, statuses of all plan partitions, epoch seconds when convergence was seen)."""
+        """`probe` until the deadline. Returns (converged, statuses of all plan partitions, epoch seconds when
+        convergence was seen)."""
         keys = list(self.plan.moves)
-        target = {k: m.to for k, m in self.plan.moves.items()}
         pending = list(keys)
         statuses: dict[Key, PartStatus] = {}
         deadline = self.started + self.opts.timeout
@@ -115,20 +154,15 @@ class Verifier:
                 self._wake.wait(min(self.opts.poll - (now - last_read), max(0.0, deadline - now)))
                 continue
             last_read = now
-            z = self._read(self.view.reassignment)
-            zk = reassign_keys(z) if z.entries is not None else {}
-            blocked = z.exists and z.entries is None
-            fresh = self._read(lambda ks=pending: self.view.partitions(ks))
-            statuses.update(fresh)
-            pending = [k for k in pending if blocked or not converged(fresh[k], target[k], k in zk)]
+            seen = probe(self.view, self.plan, pending)
+            statuses.update(seen.statuses)
+            pending = seen.pending
             self._emit("waiting", len(keys) - len(pending))
             if not pending:
                 seen_at = time.time()
                 # Confirm on one consistent read of everything (a converged partition can fall back).
-                statuses = self._read(lambda: self.view.partitions(keys))
-                z = self._read(self.view.reassignment)
-                zk = reassign_keys(z) if z.entries is not None else {}
-                pending = [k for k in keys if not converged(statuses[k], target[k], k in zk)]
+                seen = probe(self.view, self.plan)
+                statuses, pending = seen.statuses, seen.pending
                 if not pending:
                     self._emit("converged", len(keys), force=True)
                     return True, statuses, seen_at
@@ -146,7 +180,7 @@ class Verifier:
 
     def _verify(self) -> VerifyResult:
         plan = self.plan
-        t0 = time.time()
+        t0 = self.opts.since if self.opts.since is not None else time.time()
         ok, statuses, seen_at = self.wait_converged()
         self.converged_at = seen_at
         seconds = round((seen_at - t0), 3) if seen_at else None
