@@ -16,8 +16,9 @@
     read_snapshot(path), read_plan(path), RunFolder
 
 The `kplan` CLI, the Airflow tasks and the review UI all call these, so the same request gives the same
-result (and the same plan id) whoever asks. Requests and outcomes are frozen dataclasses with plain fields:
-an Airflow operator builds one from its parameters, the CLI from argparse.
+result (and the same plan id) whoever asks. Requests and outcomes are frozen dataclasses with plain fields,
+defined in planner.requests (the layers below take them as they are) and re-exported here: an Airflow operator
+builds one from its parameters, the CLI from argparse.
 
 Importing this module is cheap: nothing heavier than the standard library and the plan model is loaded until
 a step runs (a test checks that ortools, pyspark, kazoo and airflow stay unloaded).
@@ -32,10 +33,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -51,13 +51,39 @@ from planner.errors import (
     ZkUnavailable,
 )
 from planner.plan_model import ApplySchedule, Plan, apply_schedule, read_plan
+from planner.requests import (
+    ApplyOutcome,
+    ApplyRequest,
+    BrokerRow,
+    BrokersRequest,
+    CancelOutcome,
+    CancelRequest,
+    ClearOutcome,
+    ClearRequest,
+    DrainRequest,
+    PlanOutcome,
+    Progress,
+    ProgressFn,
+    RebalanceRequest,
+    RestartRequest,
+    ReturnRequest,
+    RiskOutcome,
+    RiskRequest,
+    RiskSubmit,
+    RollOutcome,
+    RollRequest,
+    SnapshotOutcome,
+    SnapshotRequest,
+    VerifyOutcome,
+    VerifyRequest,
+)
 from planner.runfolder import RunFolder, check_output, step_output
 
 if TYPE_CHECKING:
     from planner.kafka_admin import KafkaSecurity
     from planner.snapshot_io import Snapshot
 
-__all__ = ["ApplySchedule",
+__all__ = ["ApplySchedule", "Plan", "ProgressFn",
     "BadInput", "KraftMigration", "NotConverged", "NotYourTurn", "PlannerError", "RiskSubmit", "RollStopped",
     "SafetyRefusal", "ZkUnavailable", "roll_status",
     "risk_submit",
@@ -70,25 +96,6 @@ __all__ = ["ApplySchedule",
 ]
 
 log = logging.getLogger(__name__)
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
-
-
-def _empty() -> Mapping[str, Any]:
-    return _EMPTY
-
-
-@dataclass(frozen=True)
-class Progress:
-    """What a step is doing now. `done`/`total` are set when the step knows how far it is."""
-
-    step: str
-    message: str
-    done: int | None = None
-    total: int | None = None
-    detail: Mapping[str, Any] = field(default_factory=_empty)   # step-specific figures (apply: bytes, rate, ETA)
-
-
-ProgressFn = Callable[[Progress], None]
 
 
 def _reporter(step: str, progress: ProgressFn | None) -> Callable[[str], None]:
@@ -111,37 +118,6 @@ def read_snapshot(path: Path | str) -> Snapshot:
 
 
 # ------------------------------------------------------------------------------------------ snapshot
-@dataclass(frozen=True)
-class SnapshotRequest:
-    zk: str                                   # HOST:PORT[,HOST:PORT...][/chroot]
-    out: Path
-    sizes: Path | None = None                 # kafka-log-dirs.sh --describe output
-    lenient: bool = False                     # malformed znodes become manifest warnings instead of errors
-    timeout: float = 10.0                     # seconds to wait for ZooKeeper to answer the connection
-    auth: tuple[str, str] | None = field(default=None, repr=False)   # digest user, password (never logged)
-    workers: int | None = None
-    read_mode: str = "auto"                   # auto | multiread | plain
-    force: bool = False                       # replace a non-empty `out`
-    # Sizes and disk capacity (docs/SNAPSHOT.md "Sizes"): from the brokers (DescribeLogDirs) unless `sizes`
-    # is given (the override) or sizes_from="none" (count-only); `kafka` is how to reach them (secrets inside
-    # are never logged nor shown in a repr); `partial_sizes` accepts brokers that do not answer and log dirs
-    # in error, naming them in the manifest's warnings.
-    sizes_from: str = "brokers"               # brokers | none
-    kafka: KafkaSecurity | None = field(default=None, repr=False)
-    partial_sizes: bool = False
-    kafka_timeout: float = 10.0
-
-
-@dataclass(frozen=True)
-class SnapshotOutcome:
-    path: Path
-    fingerprint: str
-    counts: Mapping[str, int]
-    warnings: tuple[Mapping[str, str], ...]
-    manifest: Mapping[str, Any] = field(default_factory=_empty, repr=False)
-    seconds: float = 0.0
-
-
 def snapshot(req: SnapshotRequest, *, progress: ProgressFn | None = None) -> SnapshotOutcome:
     """Read the cluster at `req.zk` into the folder `req.out` (never writes to ZooKeeper)."""
     import time
@@ -181,44 +157,12 @@ def kafka_security(config: Mapping[str, Any], listener: str | None = None) -> Ka
 
 
 # ---------------------------------------------------------------------------------------------- risk
-@dataclass(frozen=True)
-class RiskRequest:
-    snapshot: Path                            # snapshot folder (tests may pass an in-memory Snapshot)
-    out: Path
-    drains: tuple[tuple[int, ...], ...] = ()  # each a drain set, brokers in rolling order
-    drain_racks: tuple[str, ...] = ()
-    all_brokers: bool = False                 # also every live broker alone (default when no drain given)
-    all_racks: bool = False                   # also every rack (default when no drain given)
-    modes: tuple[str, ...] = ("controlled", "failure")
-    plan: Path | None = None                  # also score the scenarios on this plan's target assignment
-    kafka_version: str = "3.7"                # whose min-ISR rule applies
-    session_timeout_s: float = 18.0           # zookeeper.session.timeout.ms: a kill's unavailability window
-    master: str | None = None                 # Spark master (default $SPARK_MASTER or local[2])
-    driver_memory: str | None = None
-    spark_submit: bool = False                # run the job through spark-submit instead of in-process
-    force: bool = False
-    # With a plan: read the cluster again first (`zk`) and score the plan on it, so that whatever appeared
-    # since the snapshot counts (a drain's intent is checked too). The read lands in `out`/cluster and the
-    # job gets it as `snapshot`, with the snapshot the plan was made from as `plan_snapshot`.
-    zk: str | None = None
-    auth: tuple[str, str] | None = field(default=None, repr=False)
-    timeout: float = 10.0                     # ZooKeeper connection timeout (with zk)
-    plan_snapshot: Path | None = None
-
-
-@dataclass(frozen=True)
-class RiskOutcome:
-    path: Path
-    level: str                                # low | medium | high | critical (worst scenario)
-    level_by_state: Mapping[str, str]         # "current" and, with a plan, "plan"
-    summary: dict[str, Any] = field(repr=False)   # summary.json as written
-
-
 def risk(req: RiskRequest, *, progress: ProgressFn | None = None, spark: Any = None) -> RiskOutcome:
     """Score what the requested drains (or the sweep) would break; writes summary.json + Parquet to `req.out`.
     `spark`: an existing SparkSession to run in (default: a new local one, or spark-submit)."""
     from planner import risk as risk_lib
     from planner.plan_model import frozen
+    from planner.risk_run import run_risk
 
     inputs = tuple(Path(p) for p in (req.snapshot, req.plan, req.plan_snapshot) if isinstance(p, str | Path))
     check_output(Path(req.out), req.force, inputs)
@@ -226,10 +170,10 @@ def risk(req: RiskRequest, *, progress: ProgressFn | None = None, spark: Any = N
     prepared = risk_lib.prepare(req)
     with step_output(req.out, req.force, inputs) as tmp:
         if req.zk is None:
-            summary = risk_lib.run_risk(replace(req, out=tmp), prepared, spark=spark, progress=say)
+            summary = run_risk(replace(req, out=tmp), prepared, spark=spark, progress=say)
         else:
             with reread(replace(req, out=tmp), Path(req.out), progress=progress) as run_req:
-                summary = risk_lib.run_risk(run_req, risk_lib.prepare(run_req), spark=spark, progress=say)
+                summary = run_risk(run_req, risk_lib.prepare(run_req), spark=spark, progress=say)
             summary = json.loads((tmp / "summary.json").read_text())
     return RiskOutcome(Path(req.out), summary["level"], frozen(summary["level_by_state"]), summary)
 
@@ -262,16 +206,6 @@ def reread(req: RiskRequest, final: Path, *, progress: ProgressFn | None = None)
         shutil.rmtree(cluster, ignore_errors=True)
 
 
-@dataclass(frozen=True)
-class RiskSubmit:
-    """How to run a risk request through spark-submit yourself (Airflow's SparkSubmitOperator does)."""
-
-    application: Path                         # the job's spark-submit entry inside the installed package
-    args: tuple[str, ...]                     # the request as the entry's arguments
-    conf: Mapping[str, str]                   # Spark properties the job is tuned with (log4j, GC, shuffle...)
-    driver_memory: str
-
-
 def risk_submit(req: RiskRequest) -> RiskSubmit:
     """Validate `req` exactly as `risk` does (BadInput, nothing written, no JVM) and describe its submit.
     The caller runs spark-submit with its own master; the job writes `req.out` (give it a temporary folder
@@ -281,6 +215,7 @@ def risk_submit(req: RiskRequest) -> RiskSubmit:
     from planner import risk as risk_lib
     from planner import risk_job as job
     from planner.risk_args import to_args
+    from planner.risk_run import job_entry
 
     if req.zk is not None and req.plan is None:
         raise BadInput("re-reading the cluster for the risk (zk) needs a plan to score on it")
@@ -290,92 +225,10 @@ def risk_submit(req: RiskRequest) -> RiskSubmit:
     conf = {k: v for k, v in job.CONF.items() if k != "spark.driver.memory"}
     conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{job.log4j_file()} {job.JAVA_OPTIONS}"
     memory = req.driver_memory or os.environ.get("KPLAN_SPARK_DRIVER_MEMORY") or job.CONF["spark.driver.memory"]
-    return RiskSubmit(risk_lib.job_entry(), tuple(to_args(req)), MappingProxyType(conf), memory)
+    return RiskSubmit(job_entry(), tuple(to_args(req)), MappingProxyType(conf), memory)
 
 
 # ---------------------------------------------------------------------------------------------- plan
-@dataclass(frozen=True)
-class DrainRequest:
-    snapshot: Path
-    out: Path
-    brokers: tuple[int, ...]                  # brokers to empty
-    exclude_topics: str | None = None         # full-match regex of topics the plan must not touch
-    rack_aware: bool | None = None            # None: on when brokers have racks
-    sizes: Path | None = None                 # {"topic-partition": bytes} or kafka-log-dirs.sh output
-    max_concurrent_per_broker: int = 5
-    order: str = "smallest-first"             # data batches: smallest-first | largest-first
-    leader_scope: str = "touched"             # touched (only partitions the drain moves) | all
-    max_leader_changes: int | None = None     # all preferred-leader changes, necessary ones included
-    batch_seconds: int = 3600                 # target duration of a batch (its suggested throttle)
-    force: bool = False
-    max_disk_usage: float = 0.85              # no broker above this fraction of its disk capacity (docs/PLAN.md)
-
-
-@dataclass(frozen=True)
-class RebalanceRequest:
-    snapshot: Path
-    out: Path
-    max_moves: int | None = None
-    max_bytes: int | None = None
-    balance: str = "auto"                     # auto | count | bytes
-    exclude_topics: str | None = None
-    rack_aware: bool | None = None
-    sizes: Path | None = None
-    max_concurrent_per_broker: int = 5
-    order: str = "smallest-first"
-    leader_scope: str = "all"                 # all | touched (only partitions whose replicas move)
-    max_leader_changes: int | None = None
-    batch_seconds: int = 3600
-    force: bool = False
-    max_disk_usage: float = 0.85
-
-
-@dataclass(frozen=True)
-class ReturnRequest:
-    """Bring drained brokers back (they must be registered again): replicas move only onto them, the drain's own
-    moves reversed where the cluster still matches them, then balanced up to their share (docs/PLAN.md)."""
-
-    snapshot: Path
-    out: Path
-    brokers: tuple[int, ...]                  # the returning brokers (maintenance state drained or returning)
-    drain_plan: Path | None = None            # the drain's plan folder (default: found through the state's run)
-    exclude_topics: str | None = None
-    rack_aware: bool | None = None
-    sizes: Path | None = None
-    max_concurrent_per_broker: int = 5
-    order: str = "smallest-first"
-    leader_scope: str = "touched"             # reversed partitions get their pre-drain order back either way
-    max_leader_changes: int | None = None
-    batch_seconds: int = 3600
-    force: bool = False
-    max_disk_usage: float = 0.85              # the returning brokers are filled up to this fraction at most
-
-
-@dataclass(frozen=True)
-class RestartRequest:
-    snapshot: Path
-    out: Path
-    brokers: tuple[int, ...]                  # brokers to restart, one at a time
-    order: str = "auto"                       # auto (ascending id, the controller's broker last) | given
-    exclude_topics: str | None = None         # full-match regex of topics the plan must not touch
-    rack_aware: bool | None = None            # None: on when brokers have racks
-    sizes: Path | None = None
-    kafka_version: str = "3.7"                # whose min-ISR rule applies (as in RiskRequest)
-    max_concurrent_per_broker: int = 5        # the protecting reassignment's batches
-    batch_order: str = "smallest-first"
-    batch_seconds: int = 3600
-    force: bool = False
-    max_disk_usage: float = 0.85              # no broker above this fraction of its disk with the temporary replicas
-
-
-@dataclass(frozen=True)
-class PlanOutcome:
-    path: Path
-    plan_id: str
-    plan: Plan = field(repr=False)
-    solve: Mapping[str, Any] = field(default_factory=_empty, repr=False)   # solve.json: timings, methods
-
-
 def plan_drain(req: DrainRequest, *, progress: ProgressFn | None = None) -> PlanOutcome:
     """Move every replica off `req.brokers` with the fewest moves, balanced; writes the plan folder."""
     from planner.plan_step import run_plan
@@ -409,95 +262,6 @@ def plan_restart(req: RestartRequest, *, progress: ProgressFn | None = None) -> 
 
 
 # ------------------------------------------------------------------------------- apply / verify / cancel
-@dataclass(frozen=True)
-class ApplyRequest:
-    zk: str
-    plan: Path                                # a plan folder (read_plan checks it)
-    out: Path | None = None                   # apply/ folder: progress.json, outcome.json (default <run>/apply)
-    auth: tuple[str, str] | None = field(default=None, repr=False)
-    timeout: float = 10.0                     # ZooKeeper connection timeout
-    throttle: int | None = None               # bytes/s for data batches (None: the plan's suggestion, if any)
-    no_throttle: bool = False                 # copy batches that have no rate at full speed, on purpose
-    dry_run: bool = False                     # list every write, make none
-    max_concurrent_per_broker: int | None = None   # split the plan's batches further (never raise the limit)
-    poll: float = 1.0                         # seconds between checks when no watch fires
-    wait: float | None = None                 # give up after this many seconds (None: as long as it takes)
-    lock_wait: float = 0.0                    # wait this long for another apply's lock
-    reason: str | None = None                 # why (a drain's or return's brokers' maintenance state records it)
-    run: str | None = None                    # the run it belongs to, recorded with that state (default: the
-    #                                           plan folder's parent, the run folder)
-    # Set from another thread or a signal handler (the CLI's Ctrl-C / SIGTERM, Airflow's on_kill) to stop: the
-    # batch in flight finishes, this run's throttles go, the run is recorded as stopped (state "interrupted").
-    stop: threading.Event | None = field(default=None, repr=False, compare=False)
-
-
-@dataclass(frozen=True)
-class ApplyOutcome:
-    path: Path | None
-    plan_id: str
-    state: str                                # completed | already-completed | cancelled | reverted | dry-run |
-    #                                           interrupted (a stop request honoured between batches)
-    batches_done: int = 0
-    batches_total: int = 0
-    warnings: tuple[str, ...] = ()
-    message: str = ""
-    resumed: bool = False                     # a recorded run was continued
-    batches_submitted: int = 0                # by this call
-    partitions_done: int = 0
-    partitions_total: int = 0
-    bytes_done: int = 0
-    bytes_total: int = 0
-    seconds: float = 0.0
-    writes: tuple[str, ...] = ()              # dry run: every write, in order
-    intent: Mapping[str, Any] | None = None   # a drain: its brokers host and lead nothing now? (docs/APPLY.md)
-
-
-@dataclass(frozen=True)
-class VerifyRequest:
-    zk: str
-    plan: Path
-    wait: float = 600.0                       # seconds to wait for convergence (0: check once)
-    out: Path | None = None                   # folder for report.json (default: the run folder, <run>/report.json)
-    auth: tuple[str, str] | None = field(default=None, repr=False)
-    poll: float = 1.0
-    elect: bool = True                        # preferred election where the leader is not the target's first
-    timeout: float = 10.0                     # ZooKeeper connection timeout (as in every request)
-    fail: bool = True                         # raise NotConverged on timeout (False: return converged=False)
-    since: float | None = None                # epoch s the wait began, when a deferred wait (verify_probe polled
-    #                                           elsewhere) came first: the report's seconds_to_converge count from it
-
-
-@dataclass(frozen=True)
-class VerifyOutcome:
-    path: Path | None
-    plan_id: str
-    converged: bool
-    pending: tuple[tuple[str, int], ...] = ()  # partitions not yet at their target
-    warnings: tuple[str, ...] = ()
-    report: Mapping[str, Any] = field(default_factory=_empty, repr=False)   # report.json as written
-
-
-@dataclass(frozen=True)
-class CancelRequest:
-    zk: str
-    plan: Path
-    auth: tuple[str, str] | None = field(default=None, repr=False)
-    timeout: float = 10.0                     # ZooKeeper connection timeout
-    revert: bool = False                      # move the batch in flight back once it has finished
-    wait: float = 300.0                       # seconds to wait for the batch in flight / the running apply
-    poll: float = 1.0
-    out: Path | None = None                   # apply/ folder (default <run>/apply)
-
-
-@dataclass(frozen=True)
-class CancelOutcome:
-    plan_id: str
-    state: str                                # cancelled | reverted | completed | none (nothing to cancel)
-    rolled_back: tuple[tuple[str, int], ...] = ()
-    warnings: tuple[str, ...] = ()
-    message: str = ""
-
-
 def _exec_progress(step: str, progress: ProgressFn | None) -> Callable[[Any], None] | None:
     if progress is None:
         return None
@@ -577,29 +341,6 @@ def verify_probe(req: VerifyRequest) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------ maintenance state
-@dataclass(frozen=True)
-class BrokersRequest:
-    """The brokers and their maintenance state: read now from ZooKeeper (`zk`), or as a snapshot recorded it."""
-
-    zk: str | None = None
-    snapshot: Path | None = None
-    auth: tuple[str, str] | None = field(default=None, repr=False)
-    timeout: float = 10.0                     # ZooKeeper connection timeout
-
-
-@dataclass(frozen=True)
-class BrokerRow:
-    broker: int
-    rack: str | None
-    registered: bool                          # in /brokers/ids
-    state: str                                # in service | draining | drained | restarting | returning | unknown
-    since: str | None = None
-    by: str | None = None                     # who set the state (user@host (command))
-    reason: str | None = None
-    plan_id: str | None = None                # the plan that set it
-    run: str | None = None                    # the run that set it
-
-
 def brokers(req: BrokersRequest) -> tuple[BrokerRow, ...]:
     """Every broker that is registered or in maintenance, with its rack and maintenance state (read-only)."""
     from planner import maintenance as mt
@@ -617,24 +358,6 @@ def brokers(req: BrokersRequest) -> tuple[BrokerRow, ...]:
     return tuple(BrokerRow(r.broker, r.rack, r.registered, r.state, *(
         (r.entry.since, r.entry.who, r.entry.reason or None, r.entry.plan_id, r.entry.run) if r.entry else ()))
         for r in rows)
-
-
-@dataclass(frozen=True)
-class ClearRequest:
-    """The explicit act that takes brokers out of maintenance (`kplan maintenance clear`)."""
-
-    zk: str
-    brokers: tuple[int, ...]
-    state: str | None = None                  # the state the caller means to clear: refused if it is another
-    reason: str = ""
-    auth: tuple[str, str] | None = field(default=None, repr=False)
-    timeout: float = 10.0
-
-
-@dataclass(frozen=True)
-class ClearOutcome:
-    cleared: tuple[tuple[int, str], ...]      # (broker, the state it had)
-    message: str
 
 
 def clear_maintenance(req: ClearRequest) -> ClearOutcome:
@@ -689,49 +412,6 @@ def cancel(req: CancelRequest, *, progress: ProgressFn | None = None) -> CancelO
 
 
 # ---------------------------------------------------------------------------------------------- roll
-@dataclass(frozen=True)
-class RollRequest:
-    zk: str
-    plan: Path                                # a restart plan folder (kplan plan restart)
-    out: Path | None = None                   # roll/ folder: progress.json, outcome.json (default <run>/roll)
-    auth: tuple[str, str] | None = field(default=None, repr=False)
-    timeout: float = 10.0                     # ZooKeeper connection timeout
-    throttle: int | None = None               # bytes/s for the protecting batches (None: the plan's suggestion)
-    restart_command: str | None = None        # e.g. "ssh kafka-{broker} sudo systemctl restart kafka"; None:
-                                              # someone else restarts each broker when the roll says so
-    command_timeout: float = 600.0            # how long the restart command may run
-    restart_timeout: float = 900.0            # how long a broker may take to leave and register again
-    gate_timeout: float = 900.0               # how long its partitions may take to rejoin the ISRs
-    pause: bool = False                       # stop after each broker (state paused); run again to continue
-    keep_temporary: bool = False              # after the last broker, keep the temporary replicas
-    poll: float = 1.0
-    lock_wait: float = 0.0
-    part: str | None = None                   # the whole roll, or one part: "protect" | "step" | "finish" (a
-                                              # scheduler running it as separate tasks)
-    step: int | None = None                   # part "step": its index in the plan's order
-    wait_restart: bool = True                 # False: return state "restarting" instead of waiting for it
-    run: str | None = None                    # named in the brokers' maintenance state (default: the records folder)
-    no_throttle: bool = False                 # copy temporary replicas that get no rate at full speed, on purpose
-    reason: str = ""                          # why the brokers restart: recorded in their maintenance state
-
-
-@dataclass(frozen=True)
-class RollOutcome:
-    path: Path
-    plan_id: str
-    state: str                                # completed | already-completed | paused
-    steps_done: int
-    steps_total: int
-    message: str = ""
-    warnings: tuple[str, ...] = ()
-    cannot_move: tuple[str, ...] = ()         # partitions whose leadership could not move off their broker
-    kept_temporary: bool = False
-    resumed: bool = False
-    seconds: float = 0.0
-    broker: int | None = None                 # state "restarting": the broker the roll waits for
-    czxid: int | None = None                  # ... and its registration (ZooKeeper czxid) before the restart
-
-
 def roll(req: RollRequest, *, progress: ProgressFn | None = None, restart: Callable[[int], None] | None = None,
          mark: str | None = None, reason: str = "") -> RollOutcome:
     """Carry out a restart plan (docs/APPLY.md "Restart rolls"): temporary replicas, then per broker its

@@ -21,7 +21,7 @@ from planner.runfolder import check_output, step_output
 from planner.text import count
 
 if TYPE_CHECKING:
-    from planner.api import DrainRequest, PlanOutcome, RebalanceRequest, ReturnRequest
+    from planner.requests import DrainRequest, PlanOutcome, RebalanceRequest, ReturnRequest
     from planner.snapshot_io import Snapshot
 
     Request = DrainRequest | RebalanceRequest | ReturnRequest
@@ -100,9 +100,9 @@ def _drain_plans(req: ReturnRequest, snap: Snapshot, brokers: list[int]) -> tupl
 
 
 def run_plan(kind: str, req: Request, say: Callable[[str], None]) -> PlanOutcome:
-    from planner.api import PlanOutcome
     from planner.optimizer import from_snapshot, make_plan
     from planner.plan_format import write_plan
+    from planner.requests import PlanOutcome
     from planner.snapshot_io import read_snapshot
 
     started = time.perf_counter()

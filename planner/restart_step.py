@@ -20,13 +20,13 @@ from planner.runfolder import check_output, step_output
 from planner.text import count, size
 
 if TYPE_CHECKING:
-    from planner.api import PlanOutcome, RestartRequest
+    from planner.requests import PlanOutcome, RestartRequest
 
 
 def run_restart(req: RestartRequest, say: Callable[[str], None]) -> PlanOutcome:
-    from planner.api import PlanOutcome
     from planner.optimizer import from_snapshot
     from planner.optimizer.restart import RestartParams, plan_restart
+    from planner.requests import PlanOutcome
     from planner.restart_format import write_restart_plan
     from planner.snapshot_io import read_snapshot
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from planner.api import RiskRequest
 from planner.errors import BadInput
+from planner.requests import RiskRequest
 
 MODES = ("controlled", "failure")
 

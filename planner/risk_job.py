@@ -54,8 +54,8 @@ import pyarrow.parquet as pq
 
 from planner import risk as risk_lib
 from planner import risk_model as rm
-from planner.api import RiskRequest
 from planner.errors import PlannerError
+from planner.requests import RiskRequest
 from planner.risk_args import add_arguments, request_from_args
 from planner.runfolder import step_output
 

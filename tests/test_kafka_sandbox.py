@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from planner import api, cli, risk
+from planner import api, cli, risk_run
 from planner.errors import BadInput
 from planner.kafka.broker import find_brokers
 from planner.kafka.tools import reassign, verify_status
@@ -93,7 +93,7 @@ def test_seed_incident_kill_of_broker_1_as_kplan_risk_predicted(real, tmp_path):
     real.topic("seed-wide", [2, 1, 3])
     take_snapshot(real.sb.connect_string, tmp_path / "snap")
     req = api.RiskRequest(snapshot=tmp_path / "snap", out=tmp_path / "risk", drains=((1,),), modes=("failure",))
-    outcome = api.risk(req, spark=risk.load_job().session("local[2]"), progress=lambda m: None)
+    outcome = api.risk(req, spark=risk_run.load_job().session("local[2]"), progress=lambda m: None)
     assert outcome.level == "critical"
     rows = {(r["topic"], r["partition"]): r for r in
             pq.read_table(tmp_path / "risk" / "partitions.parquet").to_pylist() if r["scenario_id"] == 0}

@@ -6,12 +6,17 @@
 | spark/   | planner's pure parts (never the CLI), pyspark                                       |
 | dags/    | airflow, planner's facade (planner.api) and plan model only                          |
 | plugins/ | airflow, planner's facade and plan model only (+ the web stack the plugin serves with) |
+
+And no cycles: planner/'s import graph (every import statement: module level, inside functions, under
+TYPE_CHECKING) has none, so each module can be read, tested and replaced from the ground floor up
+(planner.requests, which imports nothing of the planner, holds the types every layer shares).
 """
 
 from __future__ import annotations
 
 import ast
 import sys
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -115,3 +120,117 @@ def test_the_library_logs_and_never_prints():
                     and id(node) not in mains:
                 bad.append(f"{f.relative_to(REPO)}:{node.lineno}")
     assert not bad, "library code prints (log instead): " + ", ".join(bad)
+
+
+# ----------------------------------------------------------------------------------------- no cycles
+def modules(top: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package folder `top` (a package is its __init__)."""
+    out = {}
+    for p in sorted(top.rglob("*.py")):
+        if "__pycache__" in p.parts:
+            continue
+        parts = p.relative_to(top.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+def import_graph(top: Path) -> dict[str, dict[str, int]]:
+    """module -> {module of the same package it imports: line}, from every import statement in the file, at
+    any depth (module level, in functions, under TYPE_CHECKING). `from a.b import c` is an import of a.b.c
+    when that is a module, else of a.b; relative imports are resolved against the importing module."""
+    mods = modules(top)
+    pkg = top.name
+
+    def known(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, dict[str, int]] = {}
+    for mod, path in mods.items():
+        edges: dict[str, int] = {}
+        here = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here.split(".")[:len(here.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            for name in names:
+                if name == pkg or name.startswith(pkg + "."):
+                    target = known(name)
+                    if target and target != mod:
+                        edges.setdefault(target, node.lineno)
+        graph[mod] = edges
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One shortest cycle (a, b, ..., a) through each module that is on one, each cycle reported once."""
+    found: list[list[str]] = []
+    seen: set[frozenset[str]] = set()
+    for start in sorted(graph):
+        back: dict[str, str] = {}
+        queue = deque([start])
+        while queue:
+            m = queue.popleft()
+            if start in graph[m]:
+                path = [m]
+                while path[-1] != start:
+                    path.append(back[path[-1]])
+                cycle = [start, *reversed(path[:-1]), start]
+                if frozenset(cycle) not in seen:
+                    seen.add(frozenset(cycle))
+                    found.append(cycle)
+                break
+            for n in sorted(graph[m]):
+                if n not in back and n != start:
+                    back[n] = m
+                    queue.append(n)
+    return found
+
+
+def test_the_cycle_finder_sees_what_it_must(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "ground.py").write_text("import os\n")
+    (pkg / "a.py").write_text("from pkg import ground\nfrom pkg.b import thing\n")
+    (pkg / "b.py").write_text("from pkg.ground import x\ndef f():\n    from pkg import a\n")      # in a function
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.sub.d import T\n")
+    (pkg / "sub" / "d.py").write_text("from .. import c\n")                                       # relative
+    (pkg / "sub" / "e.py").write_text("from pkg.ground import y\n")
+    graph = import_graph(pkg)
+    assert graph["pkg.a"] == {"pkg.ground": 1, "pkg.b": 2}
+    assert graph["pkg.sub.d"] == {"pkg.c": 1}
+    assert sorted(cycles(graph)) == [["pkg.a", "pkg.b", "pkg.a"], ["pkg.c", "pkg.sub.d", "pkg.c"]]
+    (pkg / "b.py").write_text("from pkg.ground import x\n")
+    (pkg / "sub" / "d.py").write_text("from pkg import ground\n")
+    assert cycles(import_graph(pkg)) == []
+
+
+def test_planner_has_no_import_cycles():
+    graph = import_graph(REPO / "planner")
+    found = cycles(graph)
+    text = ["  " + " -> ".join(f"{m} (line {graph[m][n]})" for m, n in zip(c, c[1:], strict=False)) + f" -> {c[-1]}"
+            for c in found]
+    assert not found, f"{len(found)} import cycle(s) in planner/:\n" + "\n".join(text)
+
+
+def test_the_requests_are_the_ground_floor():
+    """Every layer takes the requests as they are, so they import nothing of the planner (types only, for
+    annotations) and the facade re-exports them."""
+    graph = import_graph(REPO / "planner")
+    assert not graph["planner.requests"].keys() - {"planner.kafka_admin", "planner.plan_model"}, \
+        graph["planner.requests"]
+    api = ast.parse((REPO / "planner" / "api.py").read_text())
+    exported = {a.name for n in api.body if isinstance(n, ast.ImportFrom) and n.module == "planner.requests"
+                for a in n.names}
+    req = ast.parse((REPO / "planner" / "requests.py").read_text())
+    defined = {n.name for n in req.body if isinstance(n, ast.ClassDef)}
+    assert defined and defined <= exported, defined - exported

@@ -1,4 +1,5 @@
-"""Arguments shared by the commands that talk to a cluster (connect string, credentials, progress line)."""
+"""Arguments shared by several commands: the cluster (connect string, credentials), rates, broker lists, and the
+progress line."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import re
 import sys
 import time
 from typing import Any
+
+from planner.errors import BadInput
 
 
 def add_zk(p: argparse.ArgumentParser) -> None:
@@ -29,6 +32,18 @@ def rate(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a rate in bytes/s (e.g. 50000000, 50MB, 40MiB)")
     base = 1024 if (m.group(3) or "").lower() == "ib" else 1000
     return int(m.group(1)) * base ** " kmgt".index((m.group(2) or " ").lower())
+
+
+
+def broker_list(text: str) -> list[int]:
+    """--brokers 1,2,3 -> [1, 2, 3] (plan drain / return / restart, maintenance clear)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise BadInput("--brokers is empty: name at least one broker id")
+    try:
+        return [int(p) for p in parts]
+    except ValueError:
+        raise BadInput(f"--brokers {text!r}: broker ids are integers, comma separated") from None
 
 
 class ProgressLine:

@@ -25,9 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _clear(args: argparse.Namespace) -> int:
     from planner import api
     from planner import zk as zkmod
-    from planner.commands.plan import _broker_list
+    from planner.commands._zkargs import broker_list
 
-    req = api.ClearRequest(zk=args.zk, brokers=tuple(_broker_list(args.brokers)), state=args.state,
+    req = api.ClearRequest(zk=args.zk, brokers=tuple(broker_list(args.brokers)), state=args.state,
                            reason=args.reason, auth=zkmod.auth_from_env(args.zk_auth_env),
                            timeout=args.connect_timeout)
     print(api.clear_maintenance(req).message)

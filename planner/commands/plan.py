@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from planner.errors import BadInput
+from planner.commands._zkargs import broker_list
 from planner.text import count, size
 
 
@@ -78,16 +78,6 @@ def _bytes(text: str) -> int:
     return int(m.group(1)) * base ** " kmgtp".index(unit or " ")
 
 
-def _broker_list(text: str) -> list[int]:
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts:
-        raise BadInput("--brokers is empty: name at least one broker id")
-    try:
-        return [int(p) for p in parts]
-    except ValueError:
-        raise BadInput(f"--brokers {text!r}: broker ids are integers, comma separated") from None
-
-
 def _human(n: int | None) -> str:
     return size(n, unknown="size unknown")
 
@@ -109,10 +99,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.leader_scope:
         common["leader_scope"] = args.leader_scope
     if args.kind == "drain":
-        outcome = api.plan_drain(api.DrainRequest(brokers=tuple(_broker_list(args.brokers)), **common),
+        outcome = api.plan_drain(api.DrainRequest(brokers=tuple(broker_list(args.brokers)), **common),
                                  progress=progress)
     elif args.kind == "return":
-        outcome = api.plan_return(api.ReturnRequest(brokers=tuple(_broker_list(args.brokers)),
+        outcome = api.plan_return(api.ReturnRequest(brokers=tuple(broker_list(args.brokers)),
                                                     drain_plan=args.drain_plan, **common), progress=progress)
     else:
         outcome = api.plan_rebalance(api.RebalanceRequest(max_moves=args.max_moves, max_bytes=args.max_bytes,

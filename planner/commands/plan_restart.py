@@ -45,7 +45,7 @@ def add_kind(kinds: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from planner import api
-    from planner.commands.plan import _broker_list
+    from planner.commands._zkargs import broker_list
 
     started = time.perf_counter()
 
@@ -53,7 +53,7 @@ def _run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"[{time.perf_counter() - started:6.1f}s] {p.message}", file=sys.stderr, flush=True)
 
-    req = api.RestartRequest(snapshot=args.snapshot, out=args.out, brokers=tuple(_broker_list(args.brokers)),
+    req = api.RestartRequest(snapshot=args.snapshot, out=args.out, brokers=tuple(broker_list(args.brokers)),
                              order=args.order, exclude_topics=args.exclude_topics, rack_aware=args.rack_aware,
                              sizes=args.sizes, kafka_version=args.kafka_version,
                              max_concurrent_per_broker=args.max_concurrent_per_broker,

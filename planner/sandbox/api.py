@@ -37,13 +37,13 @@ from planner.cluster import Cluster, load_description, log_dirs_json, parse_clus
 from planner.errors import BadInput, PlannerError
 from planner.kafka import DEFAULT_VERSION as KAFKA_VERSION
 from planner.sandbox.daemon import CONTROL_FILE, DAEMON_CONFIG, LOG_FILE
+from planner.sandbox.files import SANDBOX_FILE, write_json
 from planner.sandbox.presets import generated_description, preset_description
 from planner.sandbox.settings import Timing
 from planner.zkserver import ZooKeeperServer, pid_alive, stop_pid
 
 log = logging.getLogger("planner.sandbox")
 
-SANDBOX_FILE = "sandbox.json"
 LOGDIRS_FILE = "logdirs.json"
 ENGINES = ("emulated", "kafka")
 _CHILDREN: dict[int, subprocess.Popen] = {}  # processes started by this process, reaped on down()
@@ -51,14 +51,6 @@ _CHILDREN: dict[int, subprocess.Popen] = {}  # processes started by this process
 
 class SandboxError(PlannerError):
     """The sandbox could not do what was asked (daemon gone, did not settle in time...)."""
-
-
-def _write_json(path: Path, obj: Any, private: bool = False, compact: bool = False) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text((json.dumps(obj, separators=(",", ":")) if compact else json.dumps(obj, indent=2)) + "\n")
-    if private:
-        os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
 
 
 def _daemon_cmdline_matches(pid: int, directory: Path) -> bool:
@@ -386,7 +378,7 @@ class Sandbox:
                 info.update(zookeeper_pid=server.process.pid, zookeeper_started=True)
             info["zk_hosts"] = hosts
             info["connect"] = hosts + (chroot or "")
-            _write_json(sandbox_file, info, private=True)
+            write_json(sandbox_file, info, private=True)
             if chroot:
                 with zkmod.session(hosts) as root:
                     root.ensure_path(chroot)
@@ -401,8 +393,8 @@ class Sandbox:
                 loader.load_cluster(client, desc, brokers=False, controller=False)
                 if client.exists(codec.CONTROLLER_EPOCH) is None:
                     client.create(codec.CONTROLLER_EPOCH, codec.encode_controller_epoch(desc.controller_epoch))
-            _write_json(directory / LOGDIRS_FILE, log_dirs_json(desc), compact=True)
-            _write_json(directory / DAEMON_CONFIG, {
+            write_json(directory / LOGDIRS_FILE, log_dirs_json(desc), compact=True)
+            write_json(directory / DAEMON_CONFIG, {
                 "connect": info["connect"], "token": info["token"], "timing": settings.to_dict(),
                 "brokers": [{"id": b.id, "rack": b.rack, "host": b.host, "port": b.port, "alive": b.alive,
                              "disk_bytes": b.disk_bytes} for b in desc.brokers],
@@ -422,7 +414,7 @@ class Sandbox:
                                         start_new_session=True, env=env, cwd=str(directory))
             _CHILDREN[proc.pid] = proc
             info["daemon_pid"] = proc.pid
-            _write_json(sandbox_file, info, private=True)
+            write_json(sandbox_file, info, private=True)
             deadline = time.monotonic() + 60
             while not (directory / CONTROL_FILE).exists():
                 if proc.poll() is not None:
@@ -463,7 +455,7 @@ class Sandbox:
         engine.reload()
         engine.info["kafka"]["up"] = figures
         ke.write_info(directory, engine.info)
-        _write_json(directory / LOGDIRS_FILE, engine.log_dirs(), compact=True)
+        write_json(directory / LOGDIRS_FILE, engine.log_dirs(), compact=True)
         log.info("kafka sandbox up in %.1fs: %s", figures["up_s"], engine.bootstrap)
         return cls(directory)
 

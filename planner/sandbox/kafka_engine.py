@@ -51,6 +51,7 @@ from planner.kafka import broker as kbroker
 from planner.kafka import data as kdata
 from planner.kafka.jars import KafkaJars, cached, ensure_jars
 from planner.kafka.tls import broker_settings as tls_settings
+from planner.sandbox.files import SANDBOX_FILE, write_json
 from planner.sandbox.settings import Timing
 from planner.sandbox.zkio import multi_read
 from planner.zkserver import free_port, pid_alive
@@ -81,13 +82,11 @@ def locked(directory: Path) -> Iterator[None]:
 
 
 def read_info(directory: Path) -> dict[str, Any]:
-    return json.loads((directory / "sandbox.json").read_text())
+    return json.loads((directory / SANDBOX_FILE).read_text())
 
 
 def write_info(directory: Path, info: dict[str, Any]) -> None:
-    from planner.sandbox.api import SANDBOX_FILE, _write_json
-
-    _write_json(directory / SANDBOX_FILE, info, private=True)
+    write_json(directory / SANDBOX_FILE, info, private=True)
 
 
 def update_brokers(directory: Path, changes: dict[int, dict[str, Any]]) -> dict[str, Any]:
