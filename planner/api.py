@@ -277,7 +277,6 @@ def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutc
     time; resumes a recorded run. Raises SafetyRefusal (refused, nothing written), NotConverged (`wait` ran
     out; the run is recorded and resumable), ZkUnavailable (retryable), BadInput."""
     from planner.execution import steps
-    from planner.execution.executor import Options
     from planner.plan_model import apply_schedule
 
     if req.throttle is not None and (isinstance(req.throttle, bool) or not isinstance(req.throttle, int)
@@ -291,10 +290,7 @@ def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutc
     if refusal and not req.dry_run:      # a dry run copies nothing (it lists the writes, with no rate); a restart
         # plan is refused further on: it is run whole by `kplan roll`
         raise BadInput(refusal)
-    opts = Options(throttle=req.throttle, poll=req.poll, timeout=req.wait, lock_wait=req.lock_wait,
-                   dry_run=req.dry_run, reason=req.reason, run=req.run, stop=req.stop)
-    r = steps.apply(req.zk, req.plan, opts, max_concurrent=req.max_concurrent_per_broker, auth=req.auth,
-                    connect_timeout=req.timeout, out=req.out, progress=_exec_progress("apply", progress))
+    r = steps.apply(req, progress=_exec_progress("apply", progress))
     path = None if req.dry_run else steps.apply_folder(req.plan, req.out)
     return ApplyOutcome(path, r.plan_id, r.state, r.units_done, r.units_total, tuple(r.warnings), r.message,
                         r.resumed, r.units_submitted, r.partitions_done, r.partitions_total, r.bytes_done,
@@ -303,24 +299,20 @@ def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutc
 
 def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyOutcome:
     """Wait until the cluster has converged to the plan, elect preferred leaders, remove the run's throttles,
-    write report.json. Raises NotConverged on timeout (with `fail=True`), naming each stalled partition."""
-    from planner.errors import NotConverged
+    write report.json. Raises NotConverged on timeout (with `fail=True`), naming each stalled partition; with
+    `fail=False` returns converged=False with the same text as `message`."""
     from planner.execution import steps
-    from planner.execution.verify import VerifyOptions
 
-    opts = VerifyOptions(timeout=req.wait, poll=req.poll, elect=req.elect, since=req.since)
-    try:
-        r = steps.verify(req.zk, req.plan, opts, auth=req.auth, connect_timeout=req.timeout, out=req.out,
-                         progress=_exec_progress("verify", progress))
-    except NotConverged as e:
-        if req.fail:
-            raise
-        report = getattr(e, "report", {})
-        pending = tuple((s["partition"].rsplit("-", 1)[0], int(s["partition"].rsplit("-", 1)[1]))
-                        for s in report.get("stalled", ()))
-        return VerifyOutcome(getattr(e, "path", None), report.get("plan_id", ""), False, pending,
-                             tuple(report.get("warnings", ())), report)
-    return VerifyOutcome(r.path, r.plan_id, True, (), tuple(r.warnings), r.report)
+    r = steps.verify(req, progress=_exec_progress("verify", progress))
+    if r.converged:
+        return VerifyOutcome(r.path, r.plan_id, True, (), tuple(r.warnings), r.report, r.message)
+    if req.fail:
+        raise NotConverged(r.message)
+    report = r.report
+    pending = tuple((s["partition"].rsplit("-", 1)[0], int(s["partition"].rsplit("-", 1)[1]))
+                    for s in report.get("stalled", ()))
+    return VerifyOutcome(r.path, report.get("plan_id", ""), False, pending, tuple(report.get("warnings", ())),
+                         report, r.message)
 
 
 def verify_probe(req: VerifyRequest) -> dict[str, Any]:
@@ -333,7 +325,7 @@ def verify_probe(req: VerifyRequest) -> dict[str, Any]:
     from planner.execution import steps
 
     try:
-        return steps.verify_probe(req.zk, req.plan, auth=req.auth, connect_timeout=req.timeout)
+        return steps.verify_probe(req)
     except PlannerError as e:
         if e.retryable:
             raise
@@ -405,9 +397,7 @@ def cancel(req: CancelRequest, *, progress: ProgressFn | None = None) -> CancelO
     and record the state. NotConverged when the batch in flight did not finish within `wait`."""
     from planner.execution import steps
 
-    r = steps.cancel(req.zk, req.plan, mode="revert" if req.revert else "after-batch", timeout=req.wait,
-                     poll=req.poll, auth=req.auth, connect_timeout=req.timeout, out=req.out,
-                     progress=_exec_progress("cancel", progress))
+    r = steps.cancel(req, progress=_exec_progress("cancel", progress))
     return CancelOutcome(r.plan_id, r.state, tuple(r.reverted), tuple(r.warnings), r.message)
 
 

@@ -278,6 +278,7 @@ class VerifyOutcome:
     pending: tuple[tuple[str, int], ...] = ()  # partitions not yet at their target
     warnings: tuple[str, ...] = ()
     report: Mapping[str, Any] = field(default_factory=_empty, repr=False)   # report.json as written
+    message: str = ""                         # not converged: what stalled and why (NotConverged's text)
 
 
 @dataclass(frozen=True)

@@ -38,15 +38,12 @@ def _run(args: argparse.Namespace) -> int:
 
     req = api.VerifyRequest(zk=args.zk, plan=Path(args.plan), wait=args.timeout, out=args.out,
                             auth=zkmod.auth_from_env(args.zk_auth_env), poll=args.poll, elect=args.elect,
-                            timeout=args.connect_timeout)
-    try:
-        outcome = api.verify(req)
-    except NotConverged as e:
-        report = getattr(e, "report", None)
-        if report is not None:
-            print(json.dumps(report, indent=1) if args.json else table(report))
-            print(f"report: {getattr(e, 'path', '')}", file=sys.stderr)
-        raise
+                            timeout=args.connect_timeout, fail=False)
+    outcome = api.verify(req)
+    if not outcome.converged:
+        print(json.dumps(dict(outcome.report), indent=1) if args.json else table(dict(outcome.report)))
+        print(f"report: {outcome.path or ''}", file=sys.stderr)
+        raise NotConverged(outcome.message)
     print(json.dumps(dict(outcome.report), indent=1) if args.json else table(outcome.report))
     for w in outcome.warnings:
         print(f"kplan verify: WARNING: {w}", file=sys.stderr)

@@ -57,7 +57,7 @@ AFTER_BATCH, REVERT = "after-batch", "revert"
 class Options:
     throttle: int | None = None         # bytes/s; None: the plan's suggestion per batch, else unthrottled
     poll: float = 1.0                   # seconds between checks when no watch fires
-    timeout: float | None = None        # overall; None waits as long as it takes (stalls are logged)
+    wait: float | None = None           # overall, seconds; None waits as long as it takes (stalls are logged)
     lock_wait: float = 0.0              # seconds to wait for the lock (a killed apply's session must expire)
     dry_run: bool = False
     election_timeout: float = 60.0
@@ -110,8 +110,8 @@ class Executor:
         self.reporter = Reporter(command, progress, self.opts.progress_file, every=self.opts.poll,
                                  stamp={"plan_id": plan.id})
         self.started = time.monotonic()
-        self.deadline = self.started + self.opts.timeout if self.opts.timeout else None
-        self.budget = self.opts.timeout   # the seconds `deadline` allows (cancel sets its own)
+        self.deadline = self.started + self.opts.wait if self.opts.wait else None
+        self.budget = self.opts.wait   # the seconds `deadline` allows (cancel sets its own)
         self.warnings: list[str] = []
         self.units_submitted = 0
         self.resumed = False

@@ -1,5 +1,7 @@
 """apply / verify / cancel as whole steps: read and check the plan (before any connection), open the ZooKeeper
-session, run the executor or verifier, write the run folder's files. planner.api and the CLI call these.
+session, run the executor or verifier, write the run folder's files. planner.api calls these with its requests
+(planner.requests) as they are; each step builds its executor's options from the request and changes nothing
+it is given.
 
 Files, in the plan's records folder (planner.runfolder.records_folder: the run folder for `<run>/plan`,
 `<plan folder>-run` beside any other plan folder; docs/APPLY.md):
@@ -28,6 +30,7 @@ from planner.execution.executor import Executor, Options, Result
 from planner.execution.planview import RunPlan, from_plan
 from planner.execution.progress import Progress, write_json_atomic
 from planner.execution.verify import Verifier, VerifyOptions, VerifyResult, probe
+from planner.requests import ApplyRequest, CancelRequest, VerifyRequest
 from planner.runfolder import RECORD_FILES, check_records, records_folder
 
 log = logging.getLogger(__name__)
@@ -128,24 +131,23 @@ def _check_positive(name: str, value: float | None, allow_zero: bool = False) ->
         raise BadInput(f"{name} must be {'zero or more' if allow_zero else 'positive'}, got {value}")
 
 
-def apply(zk: str, plan_path: Path | str, options: Options, *, max_concurrent: int | None = None,
-          auth: tuple[str, str] | None = None, connect_timeout: float = 10.0, out: Path | str | None = None,
-          progress: Callable[[Progress], None] | None = None) -> Result:
-    _check_positive("poll", options.poll)
-    _check_positive("timeout", options.timeout)
-    _check_positive("lock wait", options.lock_wait, allow_zero=True)
+def apply(req: ApplyRequest, *, progress: Callable[[Progress], None] | None = None) -> Result:
+    _check_positive("poll", req.poll)
+    _check_positive("wait", req.wait)
+    _check_positive("lock wait", req.lock_wait, allow_zero=True)
+    zk, plan_path, out = req.zk, req.plan, req.out
     zkmod.parse_connect(zk)
-    plan = load_plan(plan_path, max_concurrent)
-    if options.throttle is not None:
-        check_throttle(plan, options.throttle)
+    plan = load_plan(plan_path, req.max_concurrent_per_broker)
+    if req.throttle is not None:
+        check_throttle(plan, req.throttle)
     _not_a_roll(plan, plan_path, "apply")
-    options.run = options.run or str(run_folder(plan_path))   # named in the brokers' maintenance state
-    options.connect = options.connect or zk
-    folder = None if options.dry_run else _claim_apply(plan_path, plan, out, "apply")
-    if folder is not None:
-        options.progress_file = folder / "progress.json"
+    folder = None if req.dry_run else _claim_apply(plan_path, plan, out, "apply")
+    options = Options(throttle=req.throttle, poll=req.poll, wait=req.wait, lock_wait=req.lock_wait,
+                      dry_run=req.dry_run, reason=req.reason, stop=req.stop, connect=zk,
+                      run=req.run or str(run_folder(plan_path)),   # named in the brokers' maintenance state
+                      progress_file=folder / "progress.json" if folder is not None else None)
     try:
-        with zkmod.session(zk, auth=auth, timeout=connect_timeout) as client:
+        with zkmod.session(zk, auth=req.auth, timeout=req.timeout) as client:
             _connected(client)
             result = Executor(client, plan, options, progress, "apply").apply()
     except Interrupted as e:   # the record of how it ended says what is left (the review pages read it)
@@ -158,31 +160,29 @@ def apply(zk: str, plan_path: Path | str, options: Options, *, max_concurrent: i
     return result
 
 
-def cancel(zk: str, plan_path: Path | str, *, mode: str = "after-batch", timeout: float = 300.0, poll: float = 1.0,
-           auth: tuple[str, str] | None = None, connect_timeout: float = 10.0, out: Path | str | None = None,
-           progress: Callable[[Progress], None] | None = None) -> Result:
-    if mode not in ("after-batch", "revert"):
-        raise BadInput(f"cancel mode must be after-batch or revert, got {mode!r}")
-    _check_positive("timeout", timeout)
-    _check_positive("poll", poll)
+def cancel(req: CancelRequest, *, progress: Callable[[Progress], None] | None = None) -> Result:
+    _check_positive("wait", req.wait)
+    _check_positive("poll", req.poll)
+    zk, plan_path = req.zk, req.plan
     zkmod.parse_connect(zk)
     plan = load_plan(plan_path)
-    folder = _claim_apply(plan_path, plan, out, "cancel")
-    opts = Options(poll=poll, progress_file=folder / "progress.json")
-    with zkmod.session(zk, auth=auth, timeout=connect_timeout) as client:
+    folder = _claim_apply(plan_path, plan, req.out, "cancel")
+    opts = Options(poll=req.poll, progress_file=folder / "progress.json")
+    mode = "revert" if req.revert else "after-batch"
+    with zkmod.session(zk, auth=req.auth, timeout=req.timeout) as client:
         _connected(client)
-        result = Executor(client, plan, opts, progress, "cancel").cancel(mode, timeout)
+        result = Executor(client, plan, opts, progress, "cancel").cancel(mode, req.wait)
     if result.state != "none":
         write_json_atomic(folder / "outcome.json", {"command": "cancel", **asdict(result)})
     return result
 
 
-def verify(zk: str, plan_path: Path | str, options: VerifyOptions, *, auth: tuple[str, str] | None = None,
-           connect_timeout: float = 10.0, out: Path | str | None = None,
-           progress: Callable[[Progress], None] | None = None) -> VerifyResult:
-    """`out`: the folder for report.json and progress.json (default: the plan's records folder)."""
-    _check_positive("timeout", options.timeout, allow_zero=True)
-    _check_positive("poll", options.poll)
+def verify(req: VerifyRequest, *, progress: Callable[[Progress], None] | None = None) -> VerifyResult:
+    """`req.out`: the folder for report.json and progress.json (default: the plan's records folder). A plan that
+    did not converge is a result (converged False, the report written), not an error: the caller decides."""
+    _check_positive("wait", req.wait, allow_zero=True)
+    _check_positive("poll", req.poll)
+    zk, plan_path, out = req.zk, req.plan, req.out
     zkmod.parse_connect(zk)
     plan = load_plan(plan_path)
     _not_a_roll(plan, plan_path, "verify")
@@ -194,25 +194,21 @@ def verify(zk: str, plan_path: Path | str, options: VerifyOptions, *, auth: tupl
                       "verify's records folder", False)
         check_records(prog.parent, plan.id, RECORD_FILES["verify"], Path(plan_path), "verify's records folder",
                       False)
-    if options.report is None:
-        options.report = report
-    if options.progress_file is None:
-        options.progress_file = prog
-    options.connect = options.connect or zk
-    with zkmod.session(zk, auth=auth, timeout=connect_timeout) as client:
+    options = VerifyOptions(wait=req.wait, poll=req.poll, elect=req.elect, since=req.since, report=report,
+                            progress_file=prog, connect=zk)
+    with zkmod.session(zk, auth=req.auth, timeout=req.timeout) as client:
         _connected(client)
         return Verifier(client, plan, options, progress).verify()
 
 
-def verify_probe(zk: str, plan_path: Path | str, *, auth: tuple[str, str] | None = None,
-                 connect_timeout: float = 10.0) -> dict[str, Any]:
+def verify_probe(req: VerifyRequest) -> dict[str, Any]:
     """One read-only convergence check of the plan (verify.probe): no lock, no write, no file. What a deferred
-    wait polls; the verify that follows it writes the report."""
+    wait polls; the verify that follows it writes the report. Uses req.zk, req.plan, req.auth, req.timeout."""
     from planner.execution.clusterview import ClusterView
 
-    zkmod.parse_connect(zk)
-    plan = load_plan(plan_path)
-    _not_a_roll(plan, plan_path, "verify")
-    with zkmod.session(zk, auth=auth, timeout=connect_timeout) as client:
+    zkmod.parse_connect(req.zk)
+    plan = load_plan(req.plan)
+    _not_a_roll(plan, req.plan, "verify")
+    with zkmod.session(req.zk, auth=req.auth, timeout=req.timeout) as client:
         _connected(client)
         return probe(ClusterView(client), plan).status(plan.partitions_total)

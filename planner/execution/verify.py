@@ -1,6 +1,6 @@
 """Verify: did the cluster converge to the plan? Then finish the job: preferred election, throttles off, report.
 
-1. Wait (up to `timeout`) until every partition of the plan has converged (diagnosis.converged): `probe` in a
+1. Wait (up to `wait` seconds) until every partition of the plan has converged (diagnosis.converged): `probe` in a
    loop until the deadline. `probe` is one read-only pass (the reassignment znode, then the partitions, in
    bulk); it is also what a deferred wait polls from elsewhere (planner.api.verify_probe, Airflow's
    VerifyTrigger), so both decide "converged" alike. The loop re-probes only partitions not yet converged and
@@ -13,7 +13,8 @@
 4. `report.json` (converged, partitions converged/total, leaders on preferred, offline, under-replicated,
    throttles remaining, seconds to converge, stalled partitions with reasons).
 Writes (2, 3) need the apply lock; when another process holds it they are skipped and the report says so.
-On timeout the report is still written and NotConverged names each stalled partition and why.
+On timeout the report is still written and the result (converged False) names each stalled partition and why;
+the caller decides whether that is an error (planner.api.verify raises NotConverged unless fail=False).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 
 from planner import codec
-from planner.errors import NotConverged
 from planner.execution import lifecycle, preflight
 from planner.execution import runstate as rs
 from planner.execution.clusterview import ClusterView, Key, PartStatus, retrying
@@ -49,7 +49,7 @@ REPORT_FORMAT = "kplan-verify/1"
 
 @dataclass
 class VerifyOptions:
-    timeout: float = 300.0
+    wait: float = 300.0                # seconds to wait for convergence (0: check once)
     poll: float = 1.0
     elect: bool = True
     remove_throttles: bool = True
@@ -68,7 +68,7 @@ class VerifyResult:
     converged: bool
     report: dict[str, Any]
     path: Path | None
-    message: str
+    message: str                       # a summary; when not converged, what stalled and why (NotConverged's text)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -142,7 +142,7 @@ class Verifier:
         keys = list(self.plan.moves)
         pending = list(keys)
         statuses: dict[Key, PartStatus] = {}
-        deadline = self.started + self.opts.timeout
+        deadline = self.started + self.opts.wait
         last_read = None
         while True:
             self._wake.clear()
@@ -223,14 +223,11 @@ class Verifier:
                 stalled = report["stalled"]
                 lines = "; ".join(f"{s['partition']}: {', '.join(s['reasons'])}" for s in stalled[:50])
                 more = f" (and {len(stalled) - 50} more in report.json)" if len(stalled) > 50 else ""
-                text = (f"plan {plan.id} has not converged after {self.opts.timeout:.0f} s: "
+                text = (f"plan {plan.id} has not converged after {self.opts.wait:.0f} s: "
                         f"{len(stalled)} of {plan.partitions_total} partitions stalled: {lines}{more}")
             else:
                 text = f"plan {plan.id} converged, but {intent['text'] if intent else 'its intent does not hold'}"
-            err = NotConverged(text)
-            err.report = report  # type: ignore[attr-defined]
-            err.path = path  # type: ignore[attr-defined]
-            raise err
+            return VerifyResult(plan.id, False, report, path, text, list(self.warnings))
         return VerifyResult(plan.id, True, report, path, self._summary(report), list(self.warnings))
 
     def _maintenance(self, ok: bool, report: dict[str, Any], wrote: bool) -> dict[str, Any]:
