@@ -85,13 +85,12 @@ def test_every_plan_reaches_the_spread_the_rules_allow(plans):
 
 def test_every_plan_is_measured_against_a_bound_for_its_whole_goal(plans):
     """The plan's lower bound is at least each bound worked out here (replicas above / missing below the band,
-    the leader-cap deficiency, the joint bound), its rack-rule part no more than the fewest new replicas the
-    per-partition flow needs for the band (so it is a bound), and the moves within 1 % of it on all but a few
-    clusters. Issue 25 asks 1 % everywhere; not met yet where rack rules and many topics' leader caps bind
-    together (no bound here combines the two, and the plan may be loose there too): of these 36, four exceed
-    1 % (1.013 and 1.016 with even racks, 1.26 and 1.39 with uneven racks), so the test holds that line and
-    fails if it gets worse."""
-    worst_even, worst, over = 0.0, 0.0, []
+    the leader-cap deficiency, the joint bound) and at least the fewest new replicas the independent
+    per-partition flow needs for the band under the rack rules (exact where no partition's rule is relaxed
+    there; before the per-partition flow the plan's rack bound was a class relaxation, 736 where 898 are
+    needed on an uneven 5-rack cluster, so a plan at x1.39 of it was at x1.14 of the truth), and every plan
+    within 1 % of it."""
+    over = []
     for shape, c, doc in plans:
         spec, rack_aware = _spec(c)
         s = doc["summary"]
@@ -110,17 +109,15 @@ def test_every_plan_is_measured_against_a_bound_for_its_whole_goal(plans):
         assert lb >= max(above, below, d, above + e_hi, below + e_lo), (shape, s)
         fz = Feasibility(spec.racks, eligible, spec.assignment, set(), rack_aware)
         least = fz.least_new_replicas(lo, hi)
+        # a bound (never above what the rules need), and where the independent flow is exact, that very count
         assert s["lower_bound_parts"]["rack_transport"] <= least, (shape, least)
+        if not fz.relaxed:
+            assert s["lower_bound_parts"]["rack_transport"] == least, (shape, least)
         moves = s["replica_moves"]
-        ratio = moves / lb if lb else 1.0
-        worst = max(worst, ratio)
-        if ratio > 1.01:
-            over.append((round(ratio, 4), shape))
-        if not shape.uneven_racks:
-            worst_even = max(worst_even, ratio)
-    assert len(over) <= 4, over
-    assert worst_even <= 1.02, worst_even
-    assert worst <= 1.40, worst
+        assert moves >= least, shape
+        if moves > 1.01 * lb:
+            over.append((round(moves / lb, 4), shape))
+    assert not over, over
 
 
 def test_leaders_level_wherever_the_placement_allows(plans):

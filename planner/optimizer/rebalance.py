@@ -34,6 +34,7 @@ from planner.optimizer.chains import augment
 from planner.optimizer.checks import popcount, required_racks
 from planner.optimizer.exact import rebalance_exact
 from planner.optimizer.mcf import BIG_CAP, FlowGraph, band, level_arcs, penalty, unique_inverse
+from planner.optimizer.partition_flow import ARC_LIMIT, arcs_needed, least_placement
 from planner.optimizer.problem import Problem, rack_masks
 from planner.optimizer.reach import Reach, reach
 from planner.optimizer.state import (
@@ -101,6 +102,12 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
                                           reach=rc)
     budget_m = max_moves if max_moves is not None else BIG_CAP
     budget_b = max_bytes if max_bytes is not None else NO_LIMIT
+    flow = None
+    if mode == "count" and max_moves is None and max_bytes is None:
+        flow = _flow_first(pb, State(st.final.copy(), st.lead.copy(), {}, st.cap.copy(), band=st.band), eligible,
+                           rc, excess, lb_bytes)
+        if flow is not None and flow[2]:
+            return flow[0], flow[1]
     unreached: list[str] = []
     # the level plan before anything moves (every replica free to move): which brokers shed and which fill,
     # so that the moves the topics' leader caps need are, where possible, moves the levelling makes anyway
@@ -124,10 +131,64 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
             augment(pb, st, eligible, budget_m, budget_b)
             rounds += level_bytes(pb, st, eligible, budget_m, budget_b)
     unreached.extend(_short_of_goal(pb, st, e_idx, mode, rc, budget_m, budget_b))
+    least = flow[1].bound.transport if flow is not None and flow[1].bound is not None else 0
     bound = lower_bound(pb, eligible, rc.low, rc.high, leader_cap0(pb, eligible), deficient, deficiency,
-                        transport=rc.transport)
+                        transport=max(rc.transport or 0, least))
+    if flow is not None and not unreached and (not _room_ok(pb, st, eligible) and flow[0].shape == st.final.shape
+                                               and _moves(pb, flow[0]) < st.moves):
+        # neither plan leaves every broker room to lead its share: the one with fewer moves
+        return flow[0], flow[1]
     return st.final, RebalanceInfo(mode, bound.moves, excess, lb_bytes, repair, rounds, unreached,
                                    leader_topics_stopped=stopped, bound=bound, reach=rc)
+
+
+def _moves(pb: Problem, final: np.ndarray) -> int:
+    return int(((final >= 0) & ~member_rows(final, pb.replicas)).sum())
+
+
+def _room_ok(pb: Problem, st: State, eligible: np.ndarray) -> bool:
+    """Every eligible broker holds partitions enough to lead its share (floor of the level) within the caps."""
+    e_idx = np.flatnonzero(eligible)
+    n_lead = int(((st.final >= 0) & eligible[np.maximum(st.final, 0)]).any(axis=1).sum())
+    return bool((_leader_room(pb, st.final, st.cap)[1][e_idx] >= n_lead // max(1, len(e_idx))).all())
+
+
+def _flow_first(pb: Problem, st: State, eligible: np.ndarray, rc: Reach, excess: int, lb_bytes: int | None
+                ) -> tuple[np.ndarray, RebalanceInfo, bool] | None:
+    """A count rebalance of a cluster whose per-partition flow is small enough (partition_flow.ARC_LIMIT):
+    the fewest new replicas that bring every broker into the band under the rack rules, placed as the flow
+    places them (exact: that count is also the bound), then the leader caps served by `_lead_again` (its
+    repair moves and count rounds), and whether every broker keeps room to lead its share (else the rounds plan,
+    which minds that, is tried too). None (the rounds plan) when the flow is too large or the result leaves the
+    band or had to raise a topic's leader cap."""
+    if arcs_needed(pb, eligible) > ARC_LIMIT:
+        return None
+    e_idx = np.flatnonzero(eligible)
+    cap0 = leader_cap0(pb, eligible)
+    # the leader caps first, as the rounds plan does: repair moves where no leader within the caps exists,
+    # steered to brokers the level plan fills anyway; then planned leaders away from brokers that must shed
+    st.cap = cap0.copy()
+    shed0, gain0, _, _ = _r1(pb, st, eligible, None)
+    repair_moves, _, deficiency, deficient = leader_caps(pb, st, eligible, BIG_CAP, NO_LIMIT, [], shed0, gain0)
+    if (st.cap != cap0).any():
+        return None
+    counts = broker_counts(st.final, pb.num_brokers)
+    witness(pb, st, eligible, avoid=2 * (counts > rc.high))
+    got = least_placement(pb, eligible, rc.low, rc.high, cap0, st.final, st.lead)
+    if got is None:
+        return None
+    least, placed = got
+    for r, s_ in zip(*np.nonzero(placed != st.final), strict=True):
+        apply_move(pb, st, int(r), int(s_), int(placed[r, s_]))
+    unreached: list[str] = []
+    rounds = _lead_again(pb, st, eligible, BIG_CAP, NO_LIMIT, "count", unreached)
+    counts = broker_counts(st.final, pb.num_brokers)[e_idx]
+    if unreached or (st.cap != cap0).any() or counts.min() < rc.low or counts.max() > rc.high:
+        return None
+    bound = lower_bound(pb, eligible, rc.low, rc.high, cap0, deficient, deficiency,
+                        transport=max(least, rc.transport or 0))
+    return st.final, RebalanceInfo("count", bound.moves, excess, lb_bytes, repair_moves, rounds, [], bound=bound,
+                                   reach=rc), _room_ok(pb, st, eligible)
 
 
 def _short_of_goal(pb: Problem, st: State, e_idx: np.ndarray, mode: str, rc: Reach, budget_m: int,

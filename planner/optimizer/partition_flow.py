@@ -1,0 +1,187 @@
+"""The fewest new replicas that bring every eligible broker into a band of counts, per partition: a bound that
+is exact for the rack rules, and its flow a placement that meets it.
+
+reach.py's class flow groups partitions by rule and relaxes distinctness inside a rack, so its transport bound
+can be well below what any placement needs (issue 25: 736 where the fewest placements need 898, on an uneven
+5-rack cluster whose smallest rack must take a replica of every partition). Here every movable partition has
+its own nodes, so nothing is relaxed:
+
+  partition p (supply k, its replicas on eligible brokers)
+    -> (p, rack q) directly, capacity 1, for each rack outside S (the racks its staying replicas cover)
+    -> dup_p, capacity k - m, with m = required_racks - |S| (checks.required_racks)  -> (p, q), any rack
+  (p, q) -> (topic, b) for each broker b of rack q, capacity 1 (distinct brokers), cost 0 where p held b
+           before the plan, else 1; (topic, b) -> b (beyond the topic's leader cap, a tie-break cost: below)
+  broker -> sink within [low, high] less the replicas that stay on it (excluded / fixed partitions).
+
+At least m units take the direct arcs, one per rack, so p spans at least m new racks; and any placement that
+keeps the rule routes that way (one replica per rack it covers outside S directly, the rest through dup_p):
+the flows are exactly the placements. A single-replica partition is led where it is, so it reaches a broker
+through a (topic, broker) node capped at the room its topic's leader cap leaves there (as rebalance._singles).
+Leader caps of partitions with more replicas are not in the flow (the rebalance repairs them after, and
+bounds.py's joint bound counts what they add).
+
+The flow has about partitions x (eligible brokers + 2 racks) arcs, so it is used up to `ARC_LIMIT`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from ortools.graph.python import min_cost_flow
+
+from planner.optimizer.checks import popcount, required_racks
+from planner.optimizer.problem import Problem, rack_masks
+
+ARC_LIMIT = 1_500_000
+
+
+def arcs_needed(pb: Problem, eligible: np.ndarray) -> int:
+    """About how many arcs the flow has (the rows that may change x (eligible brokers + 2 x racks))."""
+    n_q = len(pb.rack_names) + 1 if pb.rack_aware else 0
+    return int((~pb.fixed).sum()) * (int(eligible.sum()) + 2 * n_q + 1)
+
+
+def least_placement(pb: Problem, eligible: np.ndarray, low: int, high: int, caps: np.ndarray,
+                    current: np.ndarray | None = None, keep: np.ndarray | None = None
+                    ) -> tuple[int, np.ndarray] | None:
+    """(the fewest new replicas, a placement with that many) bringing every eligible broker into [low, high]
+    under the rack rules, with single-replica partitions within `caps` (per topic, less the fixed partitions'
+    leaders there); None when no placement does. New means not in the partition's replicas before the plan
+    (pb.replicas); `current` (default those) is the placement the slots are taken from: a replica that stays
+    keeps its slot, a new one takes the slot of one that left. `keep` (P,), a broker per partition (-1 none):
+    among the placements with the fewest new replicas, the flow keeps as many partitions on theirs as it can
+    (the rebalance passes its planned leaders, which are within the topics' caps)."""
+    B = pb.num_brokers
+    e_idx = np.flatnonzero(eligible)
+    E = len(e_idx)
+    f = pb.replicas if current is None else current
+    valid = f >= 0
+    on_e = valid & eligible[np.maximum(f, 0)]
+    rows = np.flatnonzero(~pb.fixed & on_e.any(axis=1))
+    stays = np.ones(len(f), bool)
+    stays[rows] = False
+    fixed_b = np.bincount(f[on_e & stays[:, None]], minlength=B)[e_idx]
+    if E == 0 or not len(rows):
+        return None
+    pos = np.full(B, -1, np.int64)
+    pos[e_idx] = np.arange(E)
+    fr, on_r = f[rows], on_e[rows]
+    k = on_r.sum(axis=1).astype(np.int64)
+    n = len(rows)
+    rack_aware = pb.rack_aware and len(pb.rack_names) > 0
+    nr = len(pb.rack_names) if rack_aware else 0
+    q_of = np.where(pb.rack_of[e_idx] >= 0, pb.rack_of[e_idx], nr) if rack_aware else np.zeros(E, np.int64)
+    n_q = nr + 1 if rack_aware else 1
+    if rack_aware:
+        bits = pb.rack_bits()
+        stay = rack_masks(np.where(on_r, -1, fr), bits)
+        m = np.clip(required_racks(pb, eligible)[rows] - popcount(stay), 0, k)
+        outside = ((stay[:, None] >> np.arange(nr, dtype=np.uint64)[None, :]) & np.uint64(1)) == 0
+        outside &= np.bincount(q_of, minlength=n_q)[None, :nr] > 0
+    else:
+        m = np.zeros(n, np.int64)
+        outside = np.zeros((n, 0), bool)
+    single = (pb.rf[rows] == 1) & ~pb.excluded_topic[pb.topic_of[rows]]
+    # nodes: partitions, dup, (partition, rack), brokers, (topic, broker) for single-replica topics, sink
+    pn = np.arange(n)
+    dn = n + pn
+    pq0 = 2 * n
+    bn = pq0 + n * n_q + np.arange(E)
+    s_topics = np.unique(pb.topic_of[rows[single]]).astype(np.int64)
+    m_topics = np.unique(pb.topic_of[rows[~single]]).astype(np.int64)
+    tb0 = int(bn[-1]) + 1
+    mb0 = tb0 + len(s_topics) * E
+    sink = mb0 + len(m_topics) * E
+    tails, heads, caps_a, costs = [], [], [], []
+
+    def add(t, h, c, w=0):
+        t, h = np.asarray(t, np.int64), np.asarray(h, np.int64)
+        size = max(t.size, h.size)
+        tails.append(np.broadcast_to(t, (size,)))
+        heads.append(np.broadcast_to(h, (size,)))
+        caps_a.append(np.broadcast_to(np.asarray(c, np.int64), (size,)))
+        costs.append(np.broadcast_to(np.asarray(w, np.int64), (size,)))
+
+    if rack_aware:
+        ii, qq = np.nonzero(outside)
+        add(pn[ii], pq0 + ii * n_q + qq, 1)
+    add(pn, dn, k - m)
+    ii, qq = np.repeat(pn, n_q), np.tile(np.arange(n_q), n)
+    add(dn[ii], pq0 + ii * n_q + qq, k[ii])
+    # (partition, rack) -> broker: cost W where the partition gains a replica it did not have before the plan,
+    # plus 1 where it leaves the broker of `keep` (W above the sum of those, so the fewest new replicas win)
+    here = np.zeros((n, E), bool)
+    ri, si = np.nonzero(on_r)
+    here[ri, pos[fr[ri, si]]] = True
+    was = np.zeros((n, E), bool)
+    o = pb.replicas[rows]
+    oi, oj = np.nonzero((o >= 0) & eligible[np.maximum(o, 0)])
+    was[oi, pos[o[oi, oj]]] = True
+    W = 2 * int(k.sum()) + n + 1
+    cost_pb = W * (~was).astype(np.int64)
+    if keep is not None:
+        kb = keep[rows]
+        has = (kb >= 0) & eligible[np.maximum(kb, 0)]
+        cost_pb[has] += 1
+        cost_pb[np.flatnonzero(has), pos[kb[has]]] -= 1
+    multi = np.flatnonzero(~single)
+    ii, jj = np.repeat(multi, E), np.tile(np.arange(E), len(multi))
+    # through a (topic, broker) node: replicas of a topic on a broker beyond its leader cap cost 1 each, so that
+    # every broker keeps room to lead its share (a broker holding many partitions of few topics cannot)
+    m_pos = np.searchsorted(m_topics, pb.topic_of[rows[multi]])
+    add(pq0 + ii * n_q + q_of[jj], mb0 + np.repeat(m_pos, E) * E + jj, 1, cost_pb[ii, jj])
+    mt, mj = np.repeat(np.arange(len(m_topics)), E), np.tile(np.arange(E), len(m_topics))
+    add(mb0 + mt * E + mj, bn[mj], np.maximum(0, caps[m_topics][mt]), 0)
+    add(mb0 + mt * E + mj, bn[mj], int(k.sum()), 1)
+    if len(s_topics):
+        one = np.flatnonzero(single)
+        t_pos = np.searchsorted(s_topics, pb.topic_of[rows[one]])
+        ii, jj = np.repeat(one, E), np.tile(np.arange(E), len(one))
+        tj = np.repeat(t_pos, E)
+        add(pq0 + ii * n_q + q_of[jj], tb0 + tj * E + jj, 1, cost_pb[ii, jj])
+        # room: the topic's cap less the leaders of its fixed partitions on the broker
+        used = np.zeros((len(s_topics), E), np.int64)
+        lead0 = f[:, 0]
+        fx = pb.fixed & (lead0 >= 0) & eligible[np.maximum(lead0, 0)]
+        ft = pb.topic_of[fx].astype(np.int64)
+        hit = np.isin(ft, s_topics)
+        np.add.at(used, (np.searchsorted(s_topics, ft[hit]), pos[lead0[fx][hit]]), 1)
+        room = np.maximum(0, caps[s_topics][:, None] - used)
+        tt, bb = np.nonzero(room >= 0)
+        add(tb0 + tt * E + bb, bn[bb], room[tt, bb])
+    lo_b = np.maximum(0, low - fixed_b)
+    hi_b = high - fixed_b
+    if (hi_b < lo_b).any():
+        return None
+    add(bn, sink, hi_b - lo_b)
+    tails_a, heads_a = np.concatenate(tails), np.concatenate(heads)
+    cap_a, cost_a = np.concatenate(caps_a), np.concatenate(costs)
+    sup = np.zeros(sink + 1, np.int64)
+    sup[pn] = k
+    np.subtract.at(sup, bn, lo_b)       # each broker's lower bound sent to the sink first
+    sup[sink] = -int(k.sum()) + int(lo_b.sum())
+    mcf = min_cost_flow.SimpleMinCostFlow()
+    mcf.add_arcs_with_capacity_and_unit_cost(tails_a.astype(np.int32), heads_a.astype(np.int32), cap_a, cost_a)
+    mcf.set_nodes_supplies(np.arange(sink + 1, dtype=np.int32), sup)
+    if mcf.solve() != mcf.OPTIMAL:
+        return None
+    flows = np.asarray(mcf.flows(np.arange(len(tails_a), dtype=np.int32)), dtype=np.int64)
+    # the brokers each partition ends on: (partition, rack) -> broker or -> (topic, broker) arcs with flow
+    to_b = (heads_a >= tb0) & (heads_a < sink) & (tails_a >= pq0) & (tails_a < bn[0]) & (flows > 0)
+    p_of = (tails_a[to_b] - pq0) // n_q
+    b_pos = (heads_a[to_b] - tb0) % E
+    order = np.lexsort((b_pos, p_of))
+    p_of, b_new = p_of[order], e_idx[b_pos[order]]
+    out = f.copy()
+    sub = out[rows]
+    keep = np.zeros_like(on_r)
+    got = np.zeros((n, E), bool)
+    got[p_of, pos[b_new]] = True
+    keep[ri, si] = got[ri, pos[fr[ri, si]]]
+    free = on_r & ~keep                           # slots whose replica leaves
+    fresh = ~here[p_of, pos[b_new]]               # brokers the partition gains
+    p_new, b_add = p_of[fresh], b_new[fresh]
+    fi, fs = np.nonzero(free)                     # row-major: per partition in slot order, as p_new is sorted
+    assert len(fi) == len(p_new) and (fi == p_new).all()
+    sub[fi, fs] = b_add
+    out[rows] = sub
+    return int(mcf.optimal_cost()) // W, out
