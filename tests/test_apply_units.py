@@ -91,12 +91,12 @@ def test_the_znode_of_the_unit_completed_last_is_the_runs_own_until_the_controll
     from planner.codec import ReassignEntry
     from planner.execution.clusterview import AdminZnode
     from planner.execution.preflight import own_reassignment
-    from planner.execution.runstate import Run
+    from planner.execution.runstate import Run, RunRecord
 
     plan = from_document(_doc(tmp_path))  # unit 0: t-3 -> [2,1], t-1 -> [4,1]; unit 1: t-0, t-1 -> [4,5], t-2
 
     def run(*states):
-        return Run("/kplan/runs/x", {"units": [[s, None, None] for s in states], "revert": None})
+        return Run("/kplan/runs/x", RunRecord.from_json({"units": [[s, None, None] for s in states], "revert": None}))
 
     def znode(*entries):
         return AdminZnode(True, b"", 0, tuple(ReassignEntry(t, p, tuple(r)) for t, p, r in entries))

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +116,7 @@ class Executor:
         self.warnings: list[str] = []
         self.units_submitted = 0
         self.resumed = False
-        self.run: rs.Run | None = None
+        self.mgr = rs.RunManager(self.gate)   # the only code that changes the run's state
         self._wake = threading.Event()
         self._cancel_stale = True   # the cancel request must be read (again): at start, after its watch fired
         self._cancel_seen: dict[str, Any] | None = None
@@ -138,6 +139,14 @@ class Executor:
         client.add_listener(self._on_state)
 
     # ----------------------------------------------------------------------------------- plumbing
+    @property
+    def run(self) -> rs.Run | None:
+        return self.mgr.run
+
+    @run.setter
+    def run(self, run: rs.Run | None) -> None:
+        self.mgr.run = run
+
     def close(self) -> None:
         self.client.remove_listener(self._on_state)
 
@@ -187,7 +196,7 @@ class Executor:
         if first:   # the caller's progress shows it (the CLI's line, an Airflow task's log): logged, not warned
             log.info("%s (%r)", text, error)
         run = self.run
-        done = sum(1 for u in run.doc["units"] if u[0] == rs.COMPLETED) if run is not None else 0
+        done = len(run.record.completed()) if run is not None else 0
         self.reporter.emit(Progress(self.command, text, 0, self.plan.partitions_total, ZK_DOWN,
                                     unit.label if unit else None, done, len(self.plan.units),
                                     elapsed=round(now - self.started, 3), at=rs.now()), force=True)
@@ -196,12 +205,13 @@ class Executor:
         """exists() with a one-shot watch that wakes the waiting loop when the znode changes."""
         return self._read(lambda: self.client.exists(path, watch=self._watch))
 
-    def _save(self, run: rs.Run, extra: list[Op] | None = None, fenced: bool = True) -> None:
+    def _commit(self, ops: list[Op], fenced: bool = True) -> None:
+        """Send the ops of a RunManager transition as one transaction."""
         try:
-            rs.save(self.gate, run, extra, fenced=fenced)
+            self.mgr.send(ops, fenced=fenced)
         except BadVersionError:
-            raise SafetyRefusal(f"{run.path} was changed by another process while this one held the lock; "
-                                "stopping (two writers must never run at once)") from None
+            raise SafetyRefusal(f"{self.run.path if self.run else 'the run record'} was changed by another process while this one held the "
+                                "lock; stopping (two writers must never run at once)") from None
         self._last_saved = time.monotonic()
 
     def _reload(self) -> rs.Run:
@@ -238,8 +248,8 @@ class Executor:
         run = self.run
         done = bytes_done = units_done = 0
         if run is not None:
-            for i, u in enumerate(run.doc["units"]):
-                if u[0] == rs.COMPLETED:
+            for i, u in enumerate(run.record.units):
+                if u.state == rs.COMPLETED:
                     done += self._final_count[i]
                     bytes_done += self._final_bytes[i]
                     units_done += 1
@@ -261,10 +271,9 @@ class Executor:
                      round(elapsed, 3), rs.now())
         if self.reporter.emit(p, force=force) and run is not None and not self.gate.dry_run and self.lock.held \
                 and self.client.connected and time.monotonic() - self._last_saved > max(5.0, self.opts.poll):
-            run.doc["progress"] = p.as_dict()
-            self._save(run)
+            self._commit(self.mgr.note_progress(p.as_dict()))
         if run is not None:
-            run.doc["progress"] = p.as_dict()
+            run.record.progress = p.as_dict()
         return p
 
     # ------------------------------------------------------------------------------------ diagnosis
@@ -278,12 +287,12 @@ class Executor:
         submitted: dict[Key, float] = {}
         if run is not None:
             for u in self.plan.units:
-                st = run.doc["units"][u.index]
+                st = run.record.units[u.index]
                 for k in u.keys():
-                    if st[0] == rs.PENDING and k not in pending:
+                    if st.state == rs.PENDING and k not in pending:
                         pending[k] = u.label
-                    elif st[0] in (rs.SUBMITTED, rs.ELECTING) and st[1]:
-                        submitted[k] = st[1]
+                    elif st.in_flight and st.submitted_at:
+                        submitted[k] = st.submitted_at
         else:
             for u in self.plan.units:
                 for k in u.keys():
@@ -337,10 +346,10 @@ class Executor:
             return run
         if run is not None and run.state in (rs.CANCELLED, rs.REVERTED):
             raise SafetyRefusal(f"the run of plan {plan.id} on this cluster was {run.state} "
-                                f"{_when(run.doc.get('updated_at'))}; a cancelled plan is not applied again: take a "
+                                f"{_when(run.record.updated_at)}; a cancelled plan is not applied again: take a "
                                 "new snapshot and plan")
-        if run is not None and run.doc.get("digest") != plan.digest():
-            was = (run.doc.get("options") or {}).get("max_concurrent")
+        if run is not None and run.record.digest != plan.digest():
+            was = run.record.options.get("max_concurrent")
             raise SafetyRefusal(f"a run of plan {plan.id} with other batches is recorded (max concurrent moves per "
                                 f"broker {was}); resume it with the same setting")
         self._read(lambda: preflight.check(self.client, self.view, plan, run))
@@ -355,23 +364,15 @@ class Executor:
             self._release_all()
             intent = self._intent()
             return self._result(run, "already-completed", f"plan {plan.id} was already applied to this cluster "
-                                f"(completed {_when(run.doc.get('updated_at'))}); nothing to do"
+                                f"(completed {_when(run.record.updated_at)}); nothing to do"
                                 + _intent_note(intent), intent)
         self.resumed = self.resumed or run is not None
-        if run is None:
-            run = rs.Run(rs.run_path(plan.hexid), rs.new_run(
-                plan.id, plan.kind, plan.digest(), len(plan.units), rs.identity(self.command, plan.id),
-                {"throttle": self.opts.throttle, "max_concurrent": plan.max_concurrent, "poll": self.opts.poll}))
-        else:
-            run.doc["holder"] = rs.identity(self.command, plan.id)
-            run.doc["error"] = None
-            if run.state == rs.FAILED:
-                run.doc["state"] = rs.RUNNING
-            run.event(f"resumed by {self.command} (pid {run.doc['holder']['pid']})")
-        self.run = run
-        if self._maintenance:   # the brokers' maintenance state, in the same transaction as the record
-            run.event("maintenance: " + ", ".join(f"{op.kind} {op.path}" for op in self._maintenance))
-        self._save(run, self._maintenance)
+        who = rs.identity(self.command, plan.id)
+        new = rs.RunRecord.new(plan.id, plan.kind, plan.digest(), len(plan.units), who,
+                               {"throttle": self.opts.throttle, "max_concurrent": plan.max_concurrent,
+                                "poll": self.opts.poll}) if run is None else None
+        self._commit(self.mgr.start(rs.run_path(plan.hexid), new, who, self.command, self._maintenance))
+        run = self.run
         unthrottled = [u.label for u in plan.units if u.kind == "data" and u.bytes and not self.rate(u)
                        and run.unit_state(u.index) == rs.PENDING]
         if unthrottled and not any("no replication throttle" in w for w in self.warnings):
@@ -388,14 +389,9 @@ class Executor:
                 run = self.run
                 if seen is not None:
                     return self._finish_cancel(run, seen, unit if seen.get("_in_flight") else None)
-            run.doc["state"] = rs.DONE
-            run.event("completed")
             self._release_all()
             intent = self._intent()
-            if intent is not None:
-                run.doc["intent"] = {"holds": intent["holds"], "remaining_count": intent["remaining_count"],
-                                     "leading_count": intent["leading_count"]}
-            self._save(run)
+            self._commit(self.mgr.finish(intent))
             p = self.progress(rs.DONE, force=True)
             if self.gate.dry_run:
                 return self._result(run, "dry-run", f"dry run: {len(self.gate.writes)} writes, none made")
@@ -460,8 +456,7 @@ class Executor:
                 run = self.run
         if run.unit_state(i) == rs.ELECTING:
             self._wait_election(unit)
-        run.set_unit(i, rs.COMPLETED)
-        run.event(f"{unit.label} completed")
+        ops = self.mgr.complete(i, unit.label)
         nxt = self.plan.units[i + 1] if i + 1 < len(self.plan.units) else None
         # When the next unit follows at once, its submission transaction records this completion and swaps
         # this unit's throttles for its own (see _throttle_and_submit); every path that stops before it
@@ -469,7 +464,7 @@ class Executor:
         if seen is not None or nxt is None or run.unit_state(nxt.index) != rs.PENDING or self.gate.dry_run \
                 or self.stop_requested():
             self._release_all()
-            self._save(run)
+            self._commit(ops)
         self.progress(run.state, force=True)
         if seen is not None:
             seen = dict(seen, _in_flight=True)
@@ -531,12 +526,12 @@ class Executor:
             create = Op("create", codec.REASSIGN, _reassignment(unit))
             if len(ops) + 8 <= MAX_TXN_OPS and sum(_cost(op) for op in ops + [create]) + len(run.encode()) + 4096 \
                     <= MAX_TXN_BYTES:
-                entry, history = list(run.doc["units"][unit.index]), list(run.doc.get("history", []))
+                before = self.mgr.checkpoint()
                 try:
                     self._submit(run, unit, extra=ops, raw=True)
                     return
                 except (BadVersionError, NoNodeError, NodeExistsError):  # nothing was applied: undo in memory
-                    run.doc["units"][unit.index], run.doc["history"] = entry, history
+                    self.mgr.restore(before)
                     log.info("%s: the one-transaction submission was refused (a znode changed meanwhile); "
                              "submitting step by step", unit.label)
         self._release_all()
@@ -547,18 +542,14 @@ class Executor:
     def _submit(self, run: rs.Run, unit: Unit, revert: bool = False, extra: list[Op] | None = None,
                 raw: bool = False) -> None:
         data = _reassignment(unit)
-        if revert:
-            run.doc["revert"]["state"] = rs.SUBMITTED
-            run.doc["revert"]["submitted_at"] = rs.now()
-        else:
-            run.set_unit(unit.index, rs.SUBMITTED)
-        run.event(f"{unit.label} submitted ({len(unit.entries)} partitions)")
+        submit = self.mgr.submit_revert if revert else partial(self.mgr.submit, unit.index)
+        ops = submit(unit.label, len(unit.entries), data, extra)
         try:
             if raw:  # the caller falls back on a refused transaction
-                rs.save(self.gate, run, list(extra or ()) + [Op("create", codec.REASSIGN, data)])
+                self.mgr.send(ops)
                 self._last_saved = time.monotonic()
             else:
-                self._save(run, list(extra or ()) + [Op("create", codec.REASSIGN, data)])
+                self._commit(ops)
         except NodeExistsError:
             if raw:
                 raise
@@ -645,10 +636,8 @@ class Executor:
             return
         if not self._await_no_election():
             return
-        run.set_unit(unit.index, rs.ELECTING)
-        run.event(f"{unit.label}: preferred election for {len(electable)} partitions")
         try:
-            self._save(run, [Op("create", codec.PREFERRED_ELECTION, codec.encode_preferred_election(electable))])
+            self._commit(self.mgr.elect(unit.index, unit.label, electable))
         except NodeExistsError:
             self._reload()
             self.warn(f"{unit.label}: a preferred replica election appeared meanwhile; leadership of {len(electable)} "
@@ -721,13 +710,9 @@ class Executor:
         try:
             if reachable:
                 self._release_all(self._moving())
-                run = self._reload()
-                if run.state in (rs.RUNNING,):
-                    run.doc["state"] = rs.FAILED
+                self._reload()
                 text = "interrupted" if interrupted else f"{type(error).__name__}: {error}"
-                run.doc["error"] = text[:2000]
-                run.event(f"stopped: {text[:200]}")
-                self._save(run)
+                self._commit(self.mgr.stop(text, f"stopped: {text[:200]}"))
                 recorded = True
         except BaseException as e:  # noqa: BLE001 - never hide the original error (a further Ctrl-C included)
             log.warning("could not record the failure in the run record: %r", e)
@@ -765,10 +750,8 @@ class Executor:
         """A stop request (Ctrl-C, SIGTERM) between batches: nothing is in flight. Remove this run's throttles,
         record the run as stopped (resumable), return."""
         self._release_all()
-        run.doc["state"] = rs.FAILED
-        run.doc["error"] = "interrupted: stopped between batches (resumable)"
-        run.event("stopped on request between batches")
-        self._save(run)
+        self._commit(self.mgr.stop("interrupted: stopped between batches (resumable)",
+                                   "stopped on request between batches"))
         p = self.progress(run.state, force=True)
         where = f"--zk {self.opts.connect or 'ZK'} --plan {self.plan.path or 'P'}"
         return self._result(run, "interrupted", f"plan {self.plan.id} stopped on request: {p.units_done} of "
@@ -781,27 +764,23 @@ class Executor:
         """Stop here. With mode revert, move the unit that was in flight back to the replicas it started from."""
         mode = req.get("mode", AFTER_BATCH)
         if run.state not in (rs.CANCELLING, rs.REVERTING):
-            run.doc["state"] = rs.CANCELLING
-            run.event(f"cancel requested ({mode})")
-            self._save(run)
+            self._commit(self.mgr.cancelling(mode))
         in_flight = self._in_flight_unit()
         if in_flight is not None:  # a cancel that finds a unit in flight lets it finish first
             self._step(run, in_flight)
             unit = in_flight
             run = self.run
-        rev = run.doc.get("revert")
-        if rev is not None and rev.get("state") != rs.COMPLETED:
-            unit = self.plan.units[rev["unit"]]
+        rev = run.record.revert
+        if rev is not None and rev.state != rs.COMPLETED:
+            unit = self.plan.units[rev.unit]
             mode = REVERT
+        end = rs.CANCELLED
         if mode == REVERT and unit is not None:
-            self._revert(run, unit)
-            run.doc["state"] = rs.REVERTED
-        else:
-            run.doc["state"] = rs.CANCELLED
-        run.doc["cancel"] = {k: v for k, v in req.items() if not k.startswith("_")}
-        run.event(f"{run.state} ({mode})")
+            self._revert(unit)
+            run, end = self.run, rs.REVERTED
+        ops = self.mgr.end(end, req, mode)
         self._release_all()
-        self._save(run)
+        self._commit(ops)
         p = self.progress(run.state, force=True)
         what = (f"{unit.label} was moved back to the replicas it started from" if run.state == rs.REVERTED
                 else "no batch was in flight" if unit is None else f"{unit.label} completed first")
@@ -811,15 +790,14 @@ class Executor:
         return self._result(run, run.state, f"plan {self.plan.id} {run.state}: {what}; {applied} of "
                             f"{len(self.plan.units)} batches stay applied (rollback.json reverts them all)")
 
-    def _revert(self, run: rs.Run, unit: Unit) -> None:
+    def _revert(self, unit: Unit) -> None:
         r = revert_unit(self.plan, unit, unit.index)
-        rev = run.doc.get("revert")
-        if rev is None or rev.get("unit") != unit.index:
-            rev = run.doc["revert"] = {"unit": unit.index, "state": rs.PENDING, "submitted_at": None,
-                                       "completed_at": None}
-            run.doc["state"] = rs.REVERTING
-            self._save(run)
-        if rev["state"] == rs.PENDING:
+        run = self.run
+        assert run is not None
+        rev = run.record.revert
+        if rev is None or rev.unit != unit.index:
+            self._commit(self.mgr.begin_revert(unit.index))
+        if self.mgr.record.revert.state == rs.PENDING:  # type: ignore[union-attr]
             if not self.gate.dry_run:
                 statuses = self._read(lambda: self.view.partitions(r.keys(), states=False))
                 off = [preflight.name(e.key) for e, b in zip(r.entries, r.before, strict=True)
@@ -833,17 +811,12 @@ class Executor:
             if rate and unit.kind == "data":
                 self.throttles.throttle(_unit_spec(r), rate)
             self._submit(run, r, revert=True)
-            run = self.run
-            rev = run.doc["revert"]
-        if rev["state"] == rs.SUBMITTED:
+        if self.mgr.record.revert.state == rs.SUBMITTED:  # type: ignore[union-attr]
             self._wait_unit(r)
-            run = self.run
-            run.doc["revert"]["state"] = rs.COMPLETED
-            run.doc["revert"]["completed_at"] = rs.now()
-            run.event(f"{unit.label} reverted")
+            ops = self.mgr.complete_revert(unit.label)
             self._reverted = r.keys()
             self._release_all()
-            self._save(run)
+            self._commit(ops)
 
     def _before_submit_znode(self, unit: Unit) -> None:
         limit = time.monotonic() + max(30.0, 5 * self.opts.poll)

@@ -60,13 +60,13 @@ def expectations(plan: RunPlan, run: Run | None) -> dict[Key, Expectation]:
         elif st in (SUBMITTED, ELECTING):
             for e in u.entries:
                 exp[e.key].in_flight = e.replicas
-    rev = run.doc.get("revert")
+    rev = run.record.revert
     if rev:
-        unit = plan.units[rev["unit"]]
+        unit = plan.units[rev.unit]
         for e, before in zip(unit.entries, unit.before, strict=True):
-            if rev["state"] == COMPLETED:
+            if rev.state == COMPLETED:
                 exp[e.key] = Expectation(before)
-            elif rev["state"] == SUBMITTED:
+            elif rev.state == SUBMITTED:
                 exp[e.key].in_flight = before
     return exp
 
@@ -92,14 +92,14 @@ def own_reassignment(z: AdminZnode, run: Run | None, plan: RunPlan) -> bool:
     if not z.exists or z.entries is None or run is None:
         return False
     ours: dict[Key, tuple[int, ...]] = {}
-    done = [i for i, u in enumerate(run.doc["units"]) if u[0] == COMPLETED]
+    done = run.record.completed()
     last_done = max(done) if done else None  # units run in order
     for i in [*([last_done] if last_done is not None else []), *run.in_flight()]:
         for e in plan.units[i].entries:
             ours[e.key] = e.replicas
-    rev = run.doc.get("revert")
-    if rev and rev["state"] == SUBMITTED:
-        u = plan.units[rev["unit"]]
+    rev = run.record.revert
+    if rev and rev.state == SUBMITTED:
+        u = plan.units[rev.unit]
         for e, before in zip(u.entries, u.before, strict=True):
             ours[e.key] = before
     return bool(ours) and all(ours.get((e.topic, e.partition)) == e.replicas for e in z.entries)

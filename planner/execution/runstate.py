@@ -17,12 +17,13 @@ Another process (the Airflow UI) reads progress from here without taking the loc
 
 from __future__ import annotations
 
+import copy
 import getpass
 import json
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -30,17 +31,29 @@ from kazoo.exceptions import NoNodeError
 
 from planner import codec
 from planner.errors import CodecError
+from planner.execution.runrecord import (  # noqa: F401 - the states, re-exported for the modules that read them
+    CANCELLED,
+    CANCELLING,
+    COMPLETED,
+    DONE,
+    ELECTING,
+    FAILED,
+    FORMAT,
+    HISTORY,
+    PENDING,
+    REVERTED,
+    REVERTING,
+    RUNNING,
+    SUBMITTED,
+    TERMINAL,
+    IllegalTransition,
+    RunRecord,
+    now,
+)
 from planner.zkgate import NAMESPACE, Op, WriteGate
 
-FORMAT = "kplan-run/1"
 LOCK_PATH = f"{NAMESPACE}/lock"
 RUNS = f"{NAMESPACE}/runs"
-
-PENDING, SUBMITTED, ELECTING, COMPLETED = "pending", "submitted", "electing", "completed"
-RUNNING, DONE, FAILED = "running", "completed", "failed"
-CANCELLING, CANCELLED, REVERTING, REVERTED = "cancelling", "cancelled", "reverting", "reverted"
-TERMINAL = (DONE, CANCELLED, REVERTED)
-HISTORY = 50
 
 
 def run_path(plan_hex: str) -> str:
@@ -53,10 +66,6 @@ def throttles_path(plan_hex: str) -> str:
 
 def cancel_path(plan_hex: str) -> str:
     return f"{RUNS}/{plan_hex}/cancel"
-
-
-def now() -> float:
-    return round(time.time(), 3)
 
 
 def identity(command: str, plan_id: str) -> dict[str, Any]:
@@ -83,47 +92,35 @@ def describe_holder(raw: str | bytes | None) -> str:
 
 @dataclass
 class Run:
-    """The record of one plan's run on this cluster and the znode version it was read at."""
+    """A run record (runrecord.RunRecord) and the znode version it was read at. Read-only here: its state
+    changes only through RunManager."""
 
     path: str
-    doc: dict[str, Any]
+    record: RunRecord
     version: int = -1  # -1: not created yet
+    _legacy: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def state(self) -> str:
-        return self.doc["state"]
+        return self.record.state
 
     def unit_state(self, i: int) -> str:
-        return self.doc["units"][i][0]
-
-    def set_unit(self, i: int, state: str) -> None:
-        u = self.doc["units"][i]
-        u[0] = state
-        if state == SUBMITTED:
-            u[1] = now()
-        elif state == COMPLETED:
-            u[2] = now()
-
-    def event(self, text: str) -> None:
-        hist = self.doc.setdefault("history", [])
-        hist.append([now(), text])
-        del hist[:-HISTORY]
-
-    def encode(self) -> bytes:
-        self.doc["updated_at"] = now()
-        return codec.dumps(self.doc)
+        return self.record.unit_state(i)
 
     def in_flight(self) -> list[int]:
-        return [i for i, u in enumerate(self.doc["units"]) if u[0] in (SUBMITTED, ELECTING)]
+        return self.record.in_flight()
 
+    @property
+    def doc(self) -> dict[str, Any]:
+        """The stored JSON, for readers. TEMPORARY: verify.py still sets doc["verify"] and calls save(); both go
+        when it records its result through RunManager.note_verify (issue 23, after verify.py's probe split)."""
+        if self._legacy is None:
+            self._legacy = self.record.to_json()
+        return self._legacy
 
-def new_run(plan_id: str, kind: str, digest: str, units: int, holder: dict[str, Any],
-            options: dict[str, Any]) -> dict[str, Any]:
-    t = now()
-    return {"format": FORMAT, "plan_id": plan_id, "kind": kind, "digest": digest, "state": RUNNING,
-            "created_at": t, "updated_at": t, "holder": holder, "options": options,
-            "units": [[PENDING, None, None] for _ in range(units)], "revert": None, "error": None,
-            "progress": None, "verify": None, "history": [[t, "created"]]}
+    def encode(self) -> bytes:
+        self.record.updated_at = now()
+        return codec.dumps(self.record.to_json())
 
 
 def load(client: KazooClient, plan_hex: str, gate: WriteGate | None = None) -> Run | None:
@@ -131,7 +128,7 @@ def load(client: KazooClient, plan_hex: str, gate: WriteGate | None = None) -> R
     if gate is not None:
         seen, data = gate.overlay(path)
         if seen:
-            return Run(path, json.loads(data), 0) if data is not None else None
+            return Run(path, RunRecord.from_json(json.loads(data)), 0) if data is not None else None
     try:
         data, stat = client.get(path)
     except NoNodeError:
@@ -142,23 +139,150 @@ def load(client: KazooClient, plan_hex: str, gate: WriteGate | None = None) -> R
         raise CodecError(path, "the run record is not valid JSON") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CodecError(path, f"not a {FORMAT} run record")
-    return Run(path, doc, stat.version)
+    return Run(path, RunRecord.from_json(doc), stat.version)
 
 
-def save(gate: WriteGate, run: Run, extra: list[Op] | None = None, fenced: bool = True) -> list[Any]:
-    """Write the record (created on first save) together with `extra` ops in one transaction."""
+def record_ops(gate: WriteGate, run: Run) -> list[Op]:
+    """The writes that store `run` as it is now: created (with its namespace parents) the first time, else a
+    conditional set on the version it was read at."""
     data = run.encode()
     if run.version < 0:
-        ops = [Op("create", p) for p in _parents(gate, run.path)] + [Op("create", run.path, data)]
-    else:
-        ops = [Op("set", run.path, data, run.version)]
-    results = gate.commit(ops + list(extra or ()), fenced=fenced)
-    if gate.dry_run:
-        run.version = 0 if run.version < 0 else run.version + 1
-    else:
-        res = results[len(ops) - 1]
-        run.version = 0 if run.version < 0 else res.version
-    return results
+        return [Op("create", p) for p in _parents(gate, run.path)] + [Op("create", run.path, data)]
+    return [Op("set", run.path, data, run.version)]
+
+
+def save(gate: WriteGate, run: Run) -> None:
+    """TEMPORARY (see Run.doc): verify.py's write of its result into the record."""
+    mgr = RunManager(gate, run)
+    mgr.send(mgr.note_verify((run.doc or {}).get("verify")))  # type: ignore[arg-type]
+
+
+class RunManager:
+    """The only code that changes a run's state (Cruise Control's ExecutionTaskManager). Each transition checks the
+    table (runrecord.RUN_TRANSITIONS / UNIT_TRANSITIONS: an illegal one raises before anything changes), changes
+    the record in memory and returns the operations of ONE WriteGate transaction: the record's conditional write
+    plus the cluster writes that must happen with it (a reassignment created with the state `submitted`, an
+    election with `electing`), so the state and the act are recorded together or not at all. `send` sends
+    them through the gate. A transition whose ops are not committed is carried by the next one's (the record is written whole)."""
+
+    def __init__(self, gate: WriteGate, run: Run | None = None):
+        self.gate = gate
+        self.run = run
+
+    @property
+    def record(self) -> RunRecord:
+        if self.run is None:
+            raise IllegalTransition("no run record loaded")
+        return self.run.record
+
+    def ops(self, extra: list[Op] | None = None) -> list[Op]:
+        return record_ops(self.gate, self.run) + list(extra or ())  # type: ignore[arg-type]
+
+    def send(self, ops: list[Op], fenced: bool = True) -> list[Any]:
+        """Send one transaction (ops from a transition); the record's version follows it."""
+        run = self.run
+        assert run is not None
+        at = next(i for i, op in enumerate(ops) if op.path == run.path and op.kind in ("create", "set"))
+        results = self.gate.commit(ops, fenced=fenced)
+        if run.version < 0:
+            run.version = 0
+        elif self.gate.dry_run:
+            run.version += 1
+        else:
+            run.version = results[at].version
+        return results
+
+    def checkpoint(self) -> RunRecord:
+        """A copy of the record as it is now (restore() puts it back when a transaction was refused)."""
+        return RunRecord.from_json(copy.deepcopy(self.record.to_json()))
+
+    def restore(self, record: RunRecord) -> None:
+        assert self.run is not None
+        self.run.record = record
+
+    # ----------------------------------------------------------------------------------- transitions
+    def start(self, path: str, new: RunRecord | None, holder: dict[str, Any], command: str,
+              maintenance: list[Op]) -> list[Op]:
+        """A first apply (`new`, stored at `path`) or a resume of the run loaded: who runs it, the error cleared,
+        a failed run running again."""
+        if new is not None:
+            self.run = Run(path, new)
+        else:
+            rec = self.record
+            rec.holder = holder
+            rec.error = None
+            if rec.state == FAILED:
+                rec.move_run(RUNNING)
+            rec.event(f"resumed by {command} (pid {holder['pid']})")
+        if maintenance:   # the brokers' maintenance state, in the same transaction as the record
+            self.record.event("maintenance: " + ", ".join(f"{op.kind} {op.path}" for op in maintenance))
+        return self.ops(maintenance)
+
+    def submit(self, i: int, label: str, partitions: int, reassignment: bytes,
+               extra: list[Op] | None = None) -> list[Op]:
+        """pending -> submitted, with /admin/reassign_partitions created in the same transaction: exactly once."""
+        self.record.move_unit(i, SUBMITTED, f"{label} submitted ({partitions} partitions)")
+        return self.ops(list(extra or ()) + [Op("create", codec.REASSIGN, reassignment)])
+
+    def elect(self, i: int, label: str, keys: list[tuple[str, int]]) -> list[Op]:
+        """submitted -> electing, with /admin/preferred_replica_election created in the same transaction."""
+        self.record.move_unit(i, ELECTING, f"{label}: preferred election for {len(keys)} partitions")
+        return self.ops([Op("create", codec.PREFERRED_ELECTION, codec.encode_preferred_election(keys))])
+
+    def complete(self, i: int, label: str) -> list[Op]:
+        self.record.move_unit(i, COMPLETED, f"{label} completed")
+        return self.ops()
+
+    def finish(self, intent: dict[str, Any] | None) -> list[Op]:
+        rec = self.record
+        rec.move_run(DONE, "completed")
+        if intent is not None:
+            rec.extra["intent"] = {"holds": intent["holds"], "remaining_count": intent["remaining_count"],
+                                   "leading_count": intent["leading_count"]}
+        return self.ops()
+
+    def stop(self, error: str, note: str) -> list[Op]:
+        """Stopped (an error, an interrupt, a stop request): a running run is failed (a re-run resumes it); a
+        cancelling or reverting one keeps its state. The error is recorded either way."""
+        rec = self.record
+        if rec.state == RUNNING:
+            rec.move_run(FAILED)
+        rec.error = error[:2000]
+        rec.event(note)
+        return self.ops()
+
+    def cancelling(self, mode: str) -> list[Op]:
+        self.record.move_run(CANCELLING, f"cancel requested ({mode})")
+        return self.ops()
+
+    def end(self, state: str, request: dict[str, Any], mode: str) -> list[Op]:
+        """cancelled or reverted: the cancel request that ended it is kept in the record."""
+        rec = self.record
+        rec.move_run(state)
+        rec.extra["cancel"] = {k: v for k, v in request.items() if not k.startswith("_")}
+        rec.event(f"{state} ({mode})")
+        return self.ops()
+
+    def begin_revert(self, i: int) -> list[Op]:
+        self.record.begin_revert(i)
+        return self.ops()
+
+    def submit_revert(self, label: str, partitions: int, reassignment: bytes, extra: list[Op] | None = None
+                      ) -> list[Op]:
+        self.record.move_revert(SUBMITTED, f"{label} submitted ({partitions} partitions)")
+        return self.ops(list(extra or ()) + [Op("create", codec.REASSIGN, reassignment)])
+
+    def complete_revert(self, label: str) -> list[Op]:
+        self.record.move_revert(COMPLETED, f"{label} reverted")
+        return self.ops()
+
+    def note_progress(self, progress: dict[str, Any]) -> list[Op]:
+        self.record.progress = progress
+        return self.ops()
+
+    def note_verify(self, verify: dict[str, Any]) -> list[Op]:
+        self.record.verify = verify
+        return self.ops()
 
 
 def _parents(gate: WriteGate, path: str) -> list[str]:
