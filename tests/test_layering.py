@@ -234,3 +234,20 @@ def test_the_requests_are_the_ground_floor():
     req = ast.parse((REPO / "planner" / "requests.py").read_text())
     defined = {n.name for n in req.body if isinstance(n, ast.ClassDef)}
     assert defined and defined <= exported, defined - exported
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_in_execution_is_over_80_lines():
+    """Issue 23: the execution package stays readable in pieces (a function, decorators and docstring included,
+    of at most 80 lines). The count is the function's own span in the file."""
+    long = []
+    for path in files("planner/execution"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                lines = node.end_lineno - first + 1  # type: ignore[operator]
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {lines} lines")
+    assert not long, "functions over 80 lines in planner/execution/:\n" + "\n".join(long)

@@ -37,7 +37,7 @@ from kazoo.protocol.states import KazooState
 from planner import codec
 from planner import zk as zkmod
 from planner.errors import Interrupted, NotConverged, PlannerError, SafetyRefusal, ZkUnavailable
-from planner.execution import lifecycle, preflight
+from planner.execution import election, lifecycle, preflight
 from planner.execution import runstate as rs
 from planner.execution.clusterview import ClusterView, Key, retrying
 from planner.execution.diagnosis import Context, diagnose
@@ -46,6 +46,7 @@ from planner.execution.lock import ApplyLock, holder
 from planner.execution.planview import RunPlan, Unit, revert_unit
 from planner.execution.progress import STOPPING, ZK_DOWN, Progress, Reporter
 from planner.execution.throttles import Spec, Throttles, spec_for
+from planner.execution.waiter import Waiter
 from planner.text import count
 from planner.zkgate import MAX_TXN_BYTES, MAX_TXN_OPS, FenceLost, Op, WriteGate, _cost
 
@@ -117,7 +118,7 @@ class Executor:
         self.units_submitted = 0
         self.resumed = False
         self.mgr = rs.RunManager(self.gate)   # the only code that changes the run's state
-        self._wake = threading.Event()
+        self.waiter = Waiter(client, self.opts.poll, self._read)
         self._cancel_stale = True   # the cancel request must be read (again): at start, after its watch fired
         self._cancel_seen: dict[str, Any] | None = None
         self._bytes_at_start: int | None = None
@@ -158,15 +159,8 @@ class Executor:
         elif self._zk_down_since is None:
             self._zk_down_since = time.monotonic()
         self._cancel_stale = True  # a watch may have been lost with the session
-        self._wake.set()
+        self.waiter.wake()
         return False
-
-    def _watch(self, event: Any) -> None:
-        self._wake.set()
-
-    def _sleep(self, seconds: float) -> None:
-        self._wake.wait(max(0.0, seconds))
-        self._wake.clear()
 
     def _read(self, fn: Callable[[], Any]) -> Any:
         return retrying(fn, self.opts.zk_patience, self._zk_waiting, max_delay=min(0.5, self.opts.poll),
@@ -201,10 +195,6 @@ class Executor:
                                     unit.label if unit else None, done, len(self.plan.units),
                                     elapsed=round(now - self.started, 3), at=rs.now()), force=True)
 
-    def _arm(self, path: str) -> Any:
-        """exists() with a one-shot watch that wakes the waiting loop when the znode changes."""
-        return self._read(lambda: self.client.exists(path, watch=self._watch))
-
     def _commit(self, ops: list[Op], fenced: bool = True) -> None:
         """Send the ops of a RunManager transition as one transaction."""
         try:
@@ -234,7 +224,7 @@ class Executor:
 
     def _cancel_watch(self, event: Any) -> None:
         self._cancel_stale = True
-        self._wake.set()
+        self.waiter.wake()
 
     def _check_time(self, what: str, keys: list[Key]) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -481,36 +471,43 @@ class Executor:
             spec.brokers |= self._rate_brokers[unit.index]
         return spec
 
-    def _before_submit(self, unit: Unit) -> None:
-        """Right before a unit: the previous znode is gone (or refuse a foreign one), the unit's partitions are
-        where the previous step left them, its targets are registered, no KRaft migration started."""
+    def _before_submit(self, unit: Unit, revert_of: Unit | None = None) -> None:
+        """Right before a unit (or, with `revert_of`, the revert of that unit) is submitted: the previous znode
+        is gone (a foreign one refused), no KRaft migration started, the unit's partitions are where the
+        previous step left them, its targets are registered. The one check before every submission."""
         if self.gate.dry_run:
             return
+        self._await_znode_gone(unit, own=revert_of is None)
+        self._read(lambda: zkmod.refuse_kraft_migration(self.client))
+        statuses = self._read(lambda: self.view.partitions(unit.keys(), states=False))
+        off = [(e, b) for e, b in zip(unit.entries, unit.before, strict=True)
+               if statuses[e.key].reassigning or statuses[e.key].replicas != b]
+        if off and revert_of is not None:
+            raise SafetyRefusal(f"cannot revert {revert_of.label}: {len(off)} of its partitions are no longer where "
+                                f"it left them: {preflight.listing([preflight.name(e.key) for e, _b in off])}")
+        if off:
+            moved = [f"{preflight.name(e.key)} (expected {list(b)}, found "
+                     f"{list(statuses[e.key].replicas) if statuses[e.key].replicas is not None else 'nothing'}"
+                     + (", reassigning" if statuses[e.key].reassigning else "") + ")" for e, b in off]
+            raise SafetyRefusal(f"{len(moved)} partitions of {unit.label} changed during the run: "
+                                f"{preflight.listing(moved)}; {unit.label} was not submitted")
+        run = self.run if revert_of is None else None
+        self._read(lambda: preflight.check_targets(self.view, self.plan, run, [unit]))
+
+    def _await_znode_gone(self, unit: Unit, own: bool) -> None:
+        """/admin/reassign_partitions left by this run's previous submission: wait (a while) for the controller to
+        delete it. Anyone else's: refuse. `own`: the run record may name it too (a resumed run)."""
         limit = time.monotonic() + max(30.0, 5 * self.opts.poll)
-        while True:
-            stat = self._arm(codec.REASSIGN)
-            if stat is None:
-                break
+        while self.waiter.arm(codec.REASSIGN) is not None:
             z = self._read(self.view.reassignment)
             if not z.exists:
                 break
             ours = (z.entries is not None and all(self._last_entries.get((e.topic, e.partition)) == e.replicas
-                                                   for e in z.entries)) or preflight.own_reassignment(z, self.run,
-                                                                                                     self.plan)
+                                                   for e in z.entries)) \
+                or (own and preflight.own_reassignment(z, self.run, self.plan))
             if not ours or time.monotonic() > limit:
                 raise SafetyRefusal(preflight.describe_foreign(z) + f"; {unit.label} was not submitted")
-            self._sleep(self.opts.poll)
-        self._read(lambda: zkmod.refuse_kraft_migration(self.client))
-        statuses = self._read(lambda: self.view.partitions(unit.keys(), states=False))
-        moved = [f"{preflight.name(e.key)} (expected {list(b)}, found "
-                 f"{list(statuses[e.key].replicas) if statuses[e.key].replicas is not None else 'nothing'}"
-                 + (", reassigning" if statuses[e.key].reassigning else "") + ")"
-                 for e, b in zip(unit.entries, unit.before, strict=True)
-                 if statuses[e.key].reassigning or statuses[e.key].replicas != b]
-        if moved:
-            raise SafetyRefusal(f"{len(moved)} partitions of {unit.label} changed during the run: "
-                                f"{preflight.listing(moved)}; {unit.label} was not submitted")
-        self._read(lambda: preflight.check_targets(self.view, self.plan, self.run, [unit]))
+            self.waiter.sleep()
 
     def _throttle_and_submit(self, run: rs.Run, unit: Unit, spec: Spec, rate: int | None) -> None:
         """Throttles and submission of a unit, with nothing of the run in flight. Where it fits, ONE fenced
@@ -579,11 +576,11 @@ class Executor:
         best, best_at, warned_at = -1, time.monotonic(), 0.0
         last_read = time.monotonic() if just_submitted else None
         while True:
-            stat = self._arm(codec.REASSIGN)
+            stat = self.waiter.arm(codec.REASSIGN)
             if stat is not None and last_read is not None and time.monotonic() - last_read < self.opts.poll:
                 # Woken by the controller updating the znode as partitions complete: the partitions are read
                 # again at most once per poll interval, and at once when the znode is gone (the batch is done).
-                self._sleep(self.opts.poll - (time.monotonic() - last_read))
+                self.waiter.sleep(self.opts.poll - (time.monotonic() - last_read))
                 continue
             last_read = time.monotonic()
             statuses = self._read(lambda: self.view.partitions(keys, states=False))
@@ -625,59 +622,41 @@ class Executor:
                 msg = f"{unit.label}: no partition completed for {now - best_at:.0f} s; " + stalled_text(reasons)
                 log.warning("%s", msg)
             self._check_time(f"{unit.label} was in flight", keys)
-            self._sleep(self.opts.poll)
+            self.waiter.sleep()
 
     # ------------------------------------------------------------------------------------ elections
     def _elect(self, run: rs.Run, unit: Unit) -> None:
         """After a leadership unit: a preferred election for its partitions whose leader is not the new first
-        replica (only where that replica is registered and in the ISR: otherwise Kafka would not move it)."""
-        electable = self.electable(unit.keys(), {e.key: e.replicas for e in unit.entries})
-        if not electable:
-            return
-        if not self._await_no_election():
-            return
-        try:
-            self._commit(self.mgr.elect(unit.index, unit.label, electable))
-        except NodeExistsError:
-            self._reload()
-            self.warn(f"{unit.label}: a preferred replica election appeared meanwhile; leadership of {len(electable)} "
-                      "partitions moves later (verify elects)")
-
-    def electable(self, keys: list[Key], target: dict[Key, tuple[int, ...]]) -> list[Key]:
+        replica, where Kafka would move it (election.py)."""
+        keys = unit.keys()
+        preferred = {e.key: e.replicas[0] for e in unit.entries}
         statuses = self._read(lambda: self.view.partitions(keys))
-        live = self._read(self.view.live_brokers)
-        want = [k for k in keys if statuses[k].leader != target[k][0]]
-        ok = [k for k in want if target[k][0] in live and target[k][0] in statuses[k].isr]
-        if len(ok) < len(want):
-            skipped = [f"{preflight.name(k)} (preferred {target[k][0]}, ISR {list(statuses[k].isr)})"
-                       for k in want if k not in ok]
+        choice = election.electable(statuses, self._read(self.view.live_brokers), preferred, keys)
+        if choice.blocked:
+            skipped = choice.blocked_text(preferred, isr=True, statuses=statuses)
             self.warn(f"{len(skipped)} partitions cannot take their preferred leader now (not registered or not in "
                       f"the ISR): {preflight.listing(skipped)}")
-        return ok
-
-    def _await_no_election(self) -> bool:
-        if self.gate.dry_run:
-            return True
-        limit = time.monotonic() + self.opts.election_timeout
-        while self._arm(codec.PREFERRED_ELECTION) is not None:
-            if time.monotonic() > limit:
-                self.warn(f"a preferred replica election by someone else has been pending for "
-                          f"{self.opts.election_timeout:.0f} s; skipping this one (verify elects)")
-                return False
-            self._sleep(self.opts.poll)
-        return True
+        if not choice.ok:
+            return
+        if not self.gate.dry_run and not election.await_none_pending(self.waiter, self.opts.election_timeout):
+            self.warn(f"a preferred replica election by someone else has been pending for "
+                      f"{self.opts.election_timeout:.0f} s; skipping this one (verify elects)")
+            return
+        try:
+            self._commit(self.mgr.elect(unit.index, unit.label, choice.ok))
+        except NodeExistsError:
+            self._reload()
+            self.warn(f"{unit.label}: a preferred replica election appeared meanwhile; leadership of {len(choice.ok)} "
+                      "partitions moves later (verify elects)")
 
     def _wait_election(self, unit: Unit) -> None:
         if self.gate.dry_run:
             return
-        limit = time.monotonic() + self.opts.election_timeout
-        while self._arm(codec.PREFERRED_ELECTION) is not None:
-            if time.monotonic() > limit:
-                self.warn(f"{unit.label}: the preferred election has not finished after "
-                          f"{self.opts.election_timeout:.0f} s; continuing (leadership also moves when data batches "
-                          "complete)")
-                return
-            self._sleep(self.opts.poll)
+        if not self.waiter.until_absent(codec.PREFERRED_ELECTION, self.opts.election_timeout):
+            self.warn(f"{unit.label}: the preferred election has not finished after "
+                      f"{self.opts.election_timeout:.0f} s; continuing (leadership also moves when data batches "
+                      "complete)")
+            return
         target = {e.key: e.replicas for e in unit.entries}
         statuses = self._read(lambda: self.view.partitions(unit.keys()))
         off = [preflight.name(k) for k, s in statuses.items() if s.leader != target[k][0]]
@@ -798,15 +777,7 @@ class Executor:
         if rev is None or rev.unit != unit.index:
             self._commit(self.mgr.begin_revert(unit.index))
         if self.mgr.record.revert.state == rs.PENDING:  # type: ignore[union-attr]
-            if not self.gate.dry_run:
-                statuses = self._read(lambda: self.view.partitions(r.keys(), states=False))
-                off = [preflight.name(e.key) for e, b in zip(r.entries, r.before, strict=True)
-                       if statuses[e.key].reassigning or statuses[e.key].replicas != b]
-                if off:
-                    raise SafetyRefusal(f"cannot revert {unit.label}: {len(off)} of its partitions are no longer "
-                                        f"where it left them: {preflight.listing(off)}")
-                self._before_submit_znode(r)
-                self._read(lambda: preflight.check_targets(self.view, self.plan, None, [r]))
+            self._before_submit(r, revert_of=unit)
             rate = self.rate(unit)
             if rate and unit.kind == "data":
                 self.throttles.throttle(_unit_spec(r), rate)
@@ -817,16 +788,6 @@ class Executor:
             self._reverted = r.keys()
             self._release_all()
             self._commit(ops)
-
-    def _before_submit_znode(self, unit: Unit) -> None:
-        limit = time.monotonic() + max(30.0, 5 * self.opts.poll)
-        while self._arm(codec.REASSIGN) is not None:
-            z = self._read(self.view.reassignment)
-            ours = z.exists and z.entries is not None and all(
-                self._last_entries.get((e.topic, e.partition)) == e.replicas for e in z.entries)
-            if z.exists and (not ours or time.monotonic() > limit):
-                raise SafetyRefusal(preflight.describe_foreign(z) + f"; {unit.label} was not submitted")
-            self._sleep(self.opts.poll)
 
     def cancel(self, mode: str, timeout: float) -> Result:
         """`kplan cancel`: record the request; the running apply honours it after its unit in flight. When no
