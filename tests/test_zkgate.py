@@ -41,7 +41,7 @@ READ_REQUESTS = {"MultiRead", "AddWatch"}
 EXEMPT = ("sandbox/", "loader.py", "zkgate.py")
 # Calls whose names collide with a write method but whose receiver is not ZooKeeper (threading.Event.set).
 NOT_ZOOKEEPER = {("execution/waiter.py", "self.event"), ("execution/verify.py", "self._wake"),
-                 ("execution/roll.py", "self._wake"), ("commands/sandbox.py", "done"),
+                 ("commands/sandbox.py", "done"),
                  ("commands/apply.py", "stop")}   # the apply's stop request (Ctrl-C / SIGTERM): a threading.Event
 # The gate itself, as the other modules hold it.
 GATE = {"gate", "self.gate"}
