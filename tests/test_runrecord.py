@@ -137,3 +137,25 @@ def test_a_run_recorded_before_the_upgrade_is_resumed_by_this_version(cluster, t
     assert after["written_by"] == "kplan 0.x" and after["history"][:2] == old["history"]
     assert list(after)[:15] == list(old)[:15]            # the stored layout is the old one
     env.check.assert_nothing_lost(rf_of(env.desc), FINAL)
+
+
+def test_the_roll_record_moves_only_as_its_tables_allow():
+    from planner.execution import rollrecord as rl
+
+    step = {"broker": 3, "state": "pending"}
+    with pytest.raises(rr.IllegalTransition, match="pending -> restarting"):
+        rl.move_step(step, rl.RESTARTING)          # never restarted before its leadership moved off
+    for to in (rl.DEMOTING, rl.DEMOTED, rl.RESTARTING, rl.BACK, rl.RESTORING, rl.STEP_DONE):
+        rl.move_step(step, to)
+    with pytest.raises(rr.IllegalTransition, match="done -> demoting"):
+        rl.move_step(step, rl.DEMOTING)
+    rec = {"plan_id": "p", "state": rl.RUNNING, "phase": rl.PROTECT}
+    with pytest.raises(rr.IllegalTransition, match="protect -> undo"):
+        rl.move_phase(rec, rl.UNDO)                # no phase skipped
+    rl.move_phase(rec, rl.STEPS)
+    with pytest.raises(rr.IllegalTransition, match="steps -> protect"):
+        rl.move_phase(rec, rl.PROTECT)             # nor gone back to
+    rl.move_state(rec, rl.COMPLETED)
+    with pytest.raises(rr.IllegalTransition, match="completed -> running"):
+        rl.move_state(rec, rl.RUNNING)
+    assert rec == {"plan_id": "p", "state": rl.COMPLETED, "phase": rl.STEPS}

@@ -40,7 +40,7 @@ READ_REQUESTS = {"MultiRead", "AddWatch"}
 # Modules that write to ZooKeeper on purpose and are not the product: the emulated Kafka cluster.
 EXEMPT = ("sandbox/", "loader.py", "zkgate.py")
 # Calls whose names collide with a write method but whose receiver is not ZooKeeper (threading.Event.set).
-NOT_ZOOKEEPER = {("execution/waiter.py", "self.event"), ("execution/verify.py", "self._wake"),
+NOT_ZOOKEEPER = {("execution/waiter.py", "self.event"),
                  ("commands/sandbox.py", "done"),
                  ("commands/apply.py", "stop")}   # the apply's stop request (Ctrl-C / SIGTERM): a threading.Event
 # The gate itself, as the other modules hold it.

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from planner.execution.clusterview import AdminZnode, Key, PartStatus
 from planner.execution.planview import RunPlan
+from planner.execution.runrecord import PENDING, RunRecord, UnitRecord
 from planner.execution.throttles import FOLLOWER_REPLICAS
 
 
@@ -25,6 +26,21 @@ def reassign_keys(z: AdminZnode) -> dict[Key, tuple[int, ...]]:
     if not z.exists or z.entries is None:
         return {}
     return {(e.topic, e.partition): e.replicas for e in z.entries}
+
+
+def run_units(plan: RunPlan, record: RunRecord | None) -> tuple[dict[Key, str], dict[Key, float]]:
+    """From the run record: each partition's unit not submitted yet (its label), and when the unit in flight
+    that moves it was submitted. With no record, every unit is pending."""
+    pending: dict[Key, str] = {}
+    submitted: dict[Key, float] = {}
+    for u in plan.units:
+        st = record.units[u.index] if record is not None else UnitRecord()
+        for k in u.keys():
+            if st.state == PENDING:
+                pending.setdefault(k, u.label)
+            elif st.in_flight and st.submitted_at:
+                submitted[k] = st.submitted_at
+    return pending, submitted
 
 
 @dataclass

@@ -40,7 +40,7 @@ from planner.errors import Interrupted, NotConverged, PlannerError, SafetyRefusa
 from planner.execution import election, lifecycle, preflight
 from planner.execution import runstate as rs
 from planner.execution.clusterview import ClusterView, Key, retrying
-from planner.execution.diagnosis import Context, diagnose
+from planner.execution.diagnosis import Context, diagnose, run_units
 from planner.execution.intent import drain_intent
 from planner.execution.lock import ApplyLock, holder
 from planner.execution.planview import RunPlan, Unit, revert_unit
@@ -273,20 +273,7 @@ class Executor:
 
     def context(self, time_left: float) -> Context:
         run = self.run
-        pending: dict[Key, str] = {}
-        submitted: dict[Key, float] = {}
-        if run is not None:
-            for u in self.plan.units:
-                st = run.record.units[u.index]
-                for k in u.keys():
-                    if st.state == rs.PENDING and k not in pending:
-                        pending[k] = u.label
-                    elif st.in_flight and st.submitted_at:
-                        submitted[k] = st.submitted_at
-        else:
-            for u in self.plan.units:
-                for k in u.keys():
-                    pending.setdefault(k, u.label)
+        pending, submitted = run_units(self.plan, None if run is None else run.record)
         record, _ = self._read(self.throttles.record)
         return Context(self._read(self.view.live_brokers), self._read(self.view.reassignment), pending, submitted,
                        record, time.time(), time_left)

@@ -23,7 +23,7 @@ import json
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -98,7 +98,6 @@ class Run:
     path: str
     record: RunRecord
     version: int = -1  # -1: not created yet
-    _legacy: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def state(self) -> str:
@@ -109,14 +108,6 @@ class Run:
 
     def in_flight(self) -> list[int]:
         return self.record.in_flight()
-
-    @property
-    def doc(self) -> dict[str, Any]:
-        """The stored JSON, for readers. TEMPORARY: verify.py still sets doc["verify"] and calls save(); both go
-        when it records its result through RunManager.note_verify (issue 23, after verify.py's probe split)."""
-        if self._legacy is None:
-            self._legacy = self.record.to_json()
-        return self._legacy
 
     def encode(self) -> bytes:
         self.record.updated_at = now()
@@ -149,12 +140,6 @@ def record_ops(gate: WriteGate, run: Run) -> list[Op]:
     if run.version < 0:
         return [Op("create", p) for p in _parents(gate, run.path)] + [Op("create", run.path, data)]
     return [Op("set", run.path, data, run.version)]
-
-
-def save(gate: WriteGate, run: Run) -> None:
-    """TEMPORARY (see Run.doc): verify.py's write of its result into the record."""
-    mgr = RunManager(gate, run)
-    mgr.send(mgr.note_verify((run.doc or {}).get("verify")))  # type: ignore[arg-type]
 
 
 class RunManager:

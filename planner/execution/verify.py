@@ -20,7 +20,6 @@ the caller decides whether that is an error (planner.api.verify raises NotConver
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,15 +30,16 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 
 from planner import codec
-from planner.execution import lifecycle, preflight
+from planner.execution import election, lifecycle, preflight
 from planner.execution import runstate as rs
 from planner.execution.clusterview import ClusterView, Key, PartStatus, retrying
-from planner.execution.diagnosis import Context, converged, diagnose, reassign_keys
+from planner.execution.diagnosis import Context, converged, diagnose, reassign_keys, run_units
 from planner.execution.intent import drain_intent
 from planner.execution.lock import ApplyLock, holder
 from planner.execution.planview import RunPlan
 from planner.execution.progress import Progress, Reporter, write_json_atomic
 from planner.execution.throttles import Throttles
+from planner.execution.waiter import Waiter
 from planner.zkgate import Op, WriteGate
 
 log = logging.getLogger(__name__)
@@ -119,13 +119,10 @@ class Verifier:
         self.throttles = Throttles(self.gate, self.view, plan.hexid)
         self.reporter = Reporter("verify", progress, self.opts.progress_file, every=self.opts.poll,
                                  stamp={"plan_id": plan.id})
-        self._wake = threading.Event()
+        self.waiter = Waiter(client, self.opts.poll)
         self.warnings: list[str] = []
         self.started = time.monotonic()
         self.converged_at: float | None = None
-
-    def _watch(self, event: Any) -> None:
-        self._wake.set()
 
     def _read(self, fn: Callable[[], Any]) -> Any:
         return retrying(fn)
@@ -145,13 +142,12 @@ class Verifier:
         deadline = self.started + self.opts.wait
         last_read = None
         while True:
-            self._wake.clear()
-            stat = self._read(lambda: self.client.exists(codec.REASSIGN, watch=self._watch))
+            stat = self.waiter.arm(codec.REASSIGN)
             now = time.monotonic()
             if stat is not None and last_read is not None and now - last_read < self.opts.poll and now < deadline:
                 # A change of the znode (partitions completing) wakes the loop; partitions are read again at
                 # most once per poll interval, and at once when the znode is gone (all of them completed).
-                self._wake.wait(min(self.opts.poll - (now - last_read), max(0.0, deadline - now)))
+                self.waiter.sleep(min(self.opts.poll - (now - last_read), max(0.0, deadline - now)))
                 continue
             last_read = now
             seen = probe(self.view, self.plan, pending)
@@ -168,7 +164,7 @@ class Verifier:
                     return True, statuses, seen_at
             if time.monotonic() >= deadline:
                 return False, statuses, None
-            self._wake.wait(min(self.opts.poll, max(0.0, deadline - time.monotonic())))
+            self.waiter.sleep(min(self.opts.poll, max(0.0, deadline - time.monotonic())))
 
     # ------------------------------------------------------------------------------------------ run
     def verify(self) -> VerifyResult:
@@ -210,9 +206,9 @@ class Verifier:
             try:
                 run = self._read(lambda: rs.load(self.client, plan.hexid))
                 if run is not None:
-                    run.doc["verify"] = {k: report[k] for k in ("converged", "partitions", "leaders_on_preferred",
-                                                              "offline_count", "under_replicated_count", "at")}
-                    rs.save(self.gate, run)
+                    mgr = rs.RunManager(self.gate, run)
+                    mgr.send(mgr.note_verify({k: report[k] for k in ("converged", "partitions", "leaders_on_preferred",
+                                                                     "offline_count", "under_replicated_count", "at")}))
             except Exception as e:  # noqa: BLE001 - the report is what matters; the record is a convenience
                 log.warning("could not record the verify result in the run record: %r", e)
         path = self.opts.report
@@ -247,11 +243,10 @@ class Verifier:
             return {"set": {}, "kept": {}, "error": str(e)}
 
     def _elect(self, statuses: dict[Key, PartStatus]) -> dict[str, Any]:
-        target = {k: m.to for k, m in self.plan.moves.items()}
-        live = self._read(self.view.live_brokers)
-        want = [k for k, s in statuses.items() if s.leader != target[k][0]]
-        ok = [k for k in want if target[k][0] in live and target[k][0] in statuses[k].isr]
-        bad = [f"{preflight.name(k)} (preferred {target[k][0]})" for k in want if k not in ok]
+        """A preferred election where Kafka would move the leader (election.py), and a wait for it."""
+        preferred = {k: m.to[0] for k, m in self.plan.moves.items()}
+        choice = election.electable(statuses, self._read(self.view.live_brokers), preferred)
+        ok, bad = choice.ok, choice.blocked_text(preferred)
         out: dict[str, Any] = {"requested": len(ok), "moved": 0, "not_electable": bad}
         if bad:
             self.warnings.append(f"{len(bad)} partitions cannot take their preferred leader (not registered or not "
@@ -259,36 +254,23 @@ class Verifier:
         if not ok:
             return out
         deadline = time.monotonic() + self.opts.election_timeout
-        while True:  # someone else's election first
-            self._wake.clear()
-            if self._read(lambda: self.client.exists(codec.PREFERRED_ELECTION, watch=self._watch)) is None:
-                break
-            if time.monotonic() > deadline:
-                self.warnings.append("a preferred replica election by someone else is pending; none requested")
-                return out
-            self._wake.wait(self.opts.poll)
+        if not election.await_none_pending(self.waiter, self.opts.election_timeout):   # someone else's first
+            self.warnings.append("a preferred replica election by someone else is pending; none requested")
+            return out
         try:
-            self.gate.commit([Op("create", codec.PREFERRED_ELECTION, codec.encode_preferred_election(ok))])
+            self.gate.commit([Op("create", codec.PREFERRED_ELECTION, election.request(ok))])
         except NodeExistsError:
             self.warnings.append("a preferred replica election appeared meanwhile; none requested")
             return out
         log.info("preferred election requested for %d partitions", len(ok))
-        while True:
-            self._wake.clear()
-            gone = self._read(lambda: self.client.exists(codec.PREFERRED_ELECTION, watch=self._watch)) is None
-            now_s = self._read(lambda: self.view.partitions(ok))
-            moved = sum(1 for k in ok if now_s[k].leader == target[k][0])
-            out["moved"] = moved
-            if moved == len(ok):
-                break
-            if gone:  # the controller is done; what did not move could not (preferred replica left the ISR?)
-                self.warnings.append(f"the preferred election moved {moved} of {len(ok)} leaders")
-                break
-            if time.monotonic() > deadline:
-                self.warnings.append(f"the preferred election moved {moved} of {len(ok)} leaders within "
-                                     f"{self.opts.election_timeout:.0f} s")
-                break
-            self._wake.wait(self.opts.poll)
+        moved, how = election.await_moved(self.waiter, ok, preferred, lambda keys: self._read(
+            lambda: self.view.partitions(keys)), max(0.0, deadline - time.monotonic()))
+        out["moved"] = moved
+        if how == "done":   # the controller is done; what did not move could not (preferred replica left the ISR?)
+            self.warnings.append(f"the preferred election moved {moved} of {len(ok)} leaders")
+        elif how == "timeout":
+            self.warnings.append(f"the preferred election moved {moved} of {len(ok)} leaders within "
+                                 f"{self.opts.election_timeout:.0f} s")
         return out
 
     # --------------------------------------------------------------------------------------- report
@@ -344,7 +326,7 @@ class Verifier:
             "converged_at": self.converged_at,
             "election": election,
             "stalled": stalled,
-            "run": None if run is None else {"state": run.state, "units": len(run.doc["units"])},
+            "run": None if run is None else {"state": run.state, "units": len(run.record.units)},
             "warnings": list(self.warnings),
             "writes_skipped": skipped,
         }
@@ -358,15 +340,7 @@ class Verifier:
         return report
 
     def _context(self, run: rs.Run | None, z: Any, live: set[int], record: Any) -> Context:
-        pending: dict[Key, str] = {}
-        submitted: dict[Key, float] = {}
-        for u in self.plan.units:
-            st = run.doc["units"][u.index] if run is not None else [rs.PENDING, None, None]
-            for k in u.keys():
-                if st[0] == rs.PENDING:
-                    pending.setdefault(k, u.label)
-                elif st[0] in (rs.SUBMITTED, rs.ELECTING) and st[1]:
-                    submitted[k] = st[1]
+        pending, submitted = run_units(self.plan, None if run is None else run.record)
         return Context(live, z, pending, submitted, record, time.time(), 0.0)
 
     @staticmethod
