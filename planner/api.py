@@ -416,7 +416,7 @@ def roll(req: RollRequest, *, progress: ProgressFn | None = None, restart: Calla
     opts = RollOptions(throttle=req.throttle, poll=req.poll, restart_timeout=req.restart_timeout,
                        gate_timeout=req.gate_timeout, lock_wait=req.lock_wait, keep_temporary=req.keep_temporary,
                        pause=req.pause, restart=restart, wait_restart=req.wait_restart, run=req.run,
-                       reason=req.reason)
+                       reason=req.reason, stop=req.stop)
 
     def relay(p: Any) -> None:
         if progress is not None:

@@ -369,6 +369,9 @@ class RollRequest:
     run: str | None = None                    # named in the brokers' maintenance state (default: the records folder)
     no_throttle: bool = False                 # copy temporary replicas that get no rate at full speed, on purpose
     reason: str = ""                          # why the brokers restart: recorded in their maintenance state
+    # Set from another thread or a signal handler (the CLI's Ctrl-C / SIGTERM) to stop: the broker in flight
+    # finishes its step (gates passed, leadership restored), the roll is recorded as stopped (state "interrupted").
+    stop: threading.Event | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -173,3 +173,42 @@ def test_two_rolls_at_once_and_a_roll_during_a_reassignment_are_refused_writing_
         roll(env, plan)
     assert not env.check.lock_holders()
     assert {k: v for k, v in env.check.tree().items() if not k.startswith("/brokers/topics/orders")} == tree
+
+
+def test_sigterm_stops_the_roll_once_the_broker_in_flight_is_done_and_a_run_again_finishes(cluster, tmp_path):
+    """SIGTERM arrives while the first broker restarts (sent by its restart command, to the kplan that runs it):
+    the roll answers at once, takes that broker to the end of its step (back, in its ISRs, leading again, out of
+    maintenance), records itself as stopped, releases the lock and exits 143 without touching the next broker.
+    (Before, the signal ended the roll mid-step: broker left in state `restarting`, still in maintenance.)"""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = cluster(DESC, **FAST)
+    before, lead_before = assignment(env.zk), leaders(env.zk)
+    plan = plan_for(env, tmp_path, (1, 2))
+    doc = json.loads((plan / "plan.json").read_text())
+    first, second = doc["roll"]["order"]
+    kplan = f"{sys.executable} -m planner.cli"
+    command = (f"sh -c '[ {{broker}} = {first} ] && kill -TERM $PPID; {kplan} sandbox stop --dir {env.sb.dir} "
+               f"{{broker}} && {kplan} sandbox start --dir {env.sb.dir} {{broker}}'")
+    args = ["roll", "--zk", env.connect, "--plan", str(plan), "--poll", "0.1", "--gate-timeout", "30",
+            "--throttle", "100MB", "--restart-command", command]
+    proc = subprocess.run([sys.executable, "-m", "planner.cli", *args], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
+    assert "kplan roll: SIGTERM: stopping once the broker in flight is back" in proc.stderr
+    assert f"stopped on request: 1 of 2 brokers restarted, none in flight; run the roll again to continue with " \
+           f"broker {second}" in proc.stdout, proc.stdout
+    rec = env.check.json(f"/kplan/rolls/{doc['id'].split(':')[1]}")
+    assert rec["state"] == "failed" and rec["error"].startswith("interrupted")
+    assert [s["state"] for s in rec["steps"]] == ["done", "pending"]
+    maint = "/kplan/maintenance"
+    assert not env.check.lock_holders() and not (env.zk.exists(maint) and env.zk.get_children(maint))
+    assert leaders(env.zk) == lead_before      # the first broker leads again what it led; nothing else moved
+    args[-1] = _restart_command(env)           # run again: it continues with the second broker and finishes
+    assert cli.main(args) == 0
+    assert [s["state"] for s in env.check.json(f"/kplan/rolls/{doc['id'].split(':')[1]}")["steps"]] == ["done"] * 2
+    assert leaders(env.zk) == lead_before
+    env.check.assert_nothing_lost({k: len(v) for k, v in before.items()}, before)

@@ -42,7 +42,7 @@ EXEMPT = ("sandbox/", "loader.py", "zkgate.py")
 # Calls whose names collide with a write method but whose receiver is not ZooKeeper (threading.Event.set).
 NOT_ZOOKEEPER = {("execution/waiter.py", "self.event"),
                  ("commands/sandbox.py", "done"),
-                 ("commands/apply.py", "stop")}   # the apply's stop request (Ctrl-C / SIGTERM): a threading.Event
+                 ("commands/apply.py", "stop"), ("commands/roll.py", "stop")}   # stop requests: threading.Event
 # The gate itself, as the other modules hold it.
 GATE = {"gate", "self.gate"}
 

@@ -1,12 +1,14 @@
 """`kplan roll --zk … --plan P`: carry out a restart plan, one broker at a time (docs/APPLY.md "Restart
 rolls"). Locked like apply and resumable: run it again after a pause, a failed gate or an interruption and it
 continues where it stopped. Exit 0 done (or paused, or already done), 1 a gate failed or refused for safety
-(it says what to do next), 2 bad input."""
+(it says what to do next), 2 bad input, 130 / 143 stopped by Ctrl-C / SIGTERM (once the broker in flight is
+done, the roll recorded as stopped; a second signal leaves at once)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import threading
 
 from planner.commands._zkargs import add_zk, rate
 
@@ -58,15 +60,32 @@ def _run(args: argparse.Namespace) -> int:
     def progress(p: api.Progress) -> None:
         print(f"kplan roll: {p.message}", file=sys.stderr, flush=True)
 
+    stop = threading.Event()
+
+    def graceful(signame: str) -> bool:
+        """Ctrl-C / SIGTERM: answered at once; the roll stops once the broker in flight is done (as apply does
+        after its batch in flight)."""
+        stop.set()
+        print(f"kplan roll: {signame}: stopping once the broker in flight is back, in its ISRs and leading again "
+              "(a broker half way through its restart is not left so); the roll is then recorded as stopped and "
+              "`kplan roll` again continues it. Interrupt again to leave at once", file=sys.stderr, flush=True)
+        return True
+
     req = api.RollRequest(zk=args.zk, plan=Path(args.plan), out=Path(args.out) if args.out else None,
                           auth=zkmod.auth_from_env(args.zk_auth_env), timeout=args.connect_timeout,
                           throttle=args.throttle, restart_command=args.restart_command,
                           command_timeout=args.command_timeout, restart_timeout=args.restart_timeout,
                           gate_timeout=args.gate_timeout, pause=args.pause, keep_temporary=args.keep_temporary,
                           poll=args.poll, lock_wait=args.lock_wait, no_throttle=args.no_throttle,
-                          reason=args.reason)
-    outcome = api.roll(req, progress=progress)
+                          reason=args.reason, stop=stop)
+    from planner.commands._signals import SIGNALS
+
+    SIGNALS.graceful = graceful
+    try:
+        outcome = api.roll(req, progress=progress)
+    finally:
+        SIGNALS.graceful = None
     for w in outcome.warnings:
         print(f"kplan roll: WARNING: {w}", file=sys.stderr)
     print(outcome.message)
-    return 0
+    return SIGNALS.exit_code() if outcome.state == "interrupted" else 0

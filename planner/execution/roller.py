@@ -41,6 +41,7 @@ from planner.execution.rollrecord import (
     RollOptions,
     RollProgress,
     RollResult,
+    StopRequested,
     Waiting,
     move_phase,
     move_state,
@@ -266,6 +267,7 @@ class Roll(BrokerSteps):
         rec = self._begin()
         try:
             if rec["phase"] == PROTECT and part in (None, "protect"):
+                self._check_stop("its temporary replicas")
                 self._protect()
                 move_phase(rec, STEPS)
                 self._event("protected")
@@ -285,6 +287,8 @@ class Roll(BrokerSteps):
                         continue
                     if part == "finish":
                         raise RollStopped(f"step {i + 1} (broker {self.order[i]}) is not done: the roll cannot finish")
+                    if rec["steps"][i]["state"] == "pending":
+                        self._check_stop(f"broker {self.order[i]}")
                     self._step(i)
                     if self.opts.pause and i + 1 < len(self.order):
                         move_state(rec, PAUSED)
@@ -298,6 +302,7 @@ class Roll(BrokerSteps):
                 move_phase(rec, UNDO)
                 self._save()
             if rec["phase"] == UNDO:
+                self._check_stop("the undo of its temporary replicas")
                 if rec.get("keep_temporary") or self.opts.keep_temporary:
                     rec["keep_temporary"] = True
                     self._event("temporary replicas kept (operator's choice)")
@@ -315,6 +320,8 @@ class Roll(BrokerSteps):
             return self._result(rec, "completed", f"roll of plan {self.plan.id} completed: {len(self.order)} brokers "
                                 "restarted, " + ("temporary replicas kept" if kept else "temporary replicas removed")
                                 + ", preferred leaders restored")
+        except StopRequested as s:
+            return self._stopped(rec, str(s))
         except Waiting as w:
             self._event(f"waiting for broker {w.broker} to restart")
             self._save()
@@ -323,6 +330,22 @@ class Roll(BrokerSteps):
         except BaseException as e:
             self._fail(e)
             raise
+
+    def _check_stop(self, what: str) -> None:
+        """Between brokers (and phases), with nothing of the roll in flight: honour a stop request."""
+        if self.opts.stop is not None and self.opts.stop.is_set():
+            raise StopRequested(what)
+
+    def _stopped(self, rec: dict[str, Any], what: str) -> RollResult:
+        """Recorded as stopped (resumable: a run again continues with `what`), the lock released by run()."""
+        move_state(rec, FAILED)
+        rec["error"] = "interrupted: stopped on request, nothing in flight (resumable)"
+        self._event(f"stopped on request before {what}")
+        self._save()
+        done = sum(1 for s in rec.get("steps", ()) if s["state"] == "done")
+        return self._result(rec, "interrupted", f"roll of plan {self.plan.id} stopped on request: {done} of "
+                            f"{len(self.order)} brokers restarted, none in flight; run the roll again to continue "
+                            f"with {what}")
 
     def _fail(self, error: BaseException) -> None:
         if self.record is None or not self.lock.held:
@@ -346,7 +369,8 @@ class Roll(BrokerSteps):
                           round(time.monotonic() - self.started, 3), broker, czxid)
 
     def _executor(self, run_plan: RunPlan, what: str) -> None:
-        opts = Options(throttle=self.opts.throttle if what == "protect" else None, poll=self.opts.poll)
+        opts = Options(throttle=self.opts.throttle if what == "protect" else None, poll=self.opts.poll,
+                       stop=self.opts.stop)
         relay = None
         if self.callback is not None:
             def relay(p: Any) -> None:
@@ -355,6 +379,8 @@ class Roll(BrokerSteps):
         ex = Executor(self.client, run_plan, opts, relay, "roll", lock=self.lock)
         result = ex.apply()
         self.warnings += [w for w in result.warnings if w not in self.warnings]
+        if result.state == "interrupted":   # the executor stopped between batches and recorded its run as stopped
+            raise StopRequested("its temporary replicas" if what == "protect" else "the undo of its temporary replicas")
         if result.state not in ("completed", "already-completed"):
             raise SafetyRefusal(f"the roll's {what} phase ended {result.state}: {result.message}")
 

@@ -9,6 +9,7 @@ pending -> demoting -> [electing] -> demoted -> restarting -> back -> restoring 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,10 @@ def move_phase(rec: dict[str, Any], to: str) -> None:
     rec["phase"] = to
 
 
+class StopRequested(Exception):
+    """A stop request (Ctrl-C, SIGTERM) honoured where nothing of the roll is in flight; the text says where."""
+
+
 class Waiting(Exception):
     """A step whose broker has not restarted yet, with the roll not waiting for it (a deferring task)."""
 
@@ -99,12 +104,13 @@ class RollOptions:
     progress_file: Path | None = None
     run: str | None = None              # named in the brokers' maintenance state (the records folder, a DAG run)
     reason: str = ""                    # why the brokers restart (an OS patch, a ticket): in their maintenance state
+    stop: threading.Event | None = None  # set from outside (Ctrl-C / SIGTERM): stop after the broker in flight
 
 
 @dataclass
 class RollResult:
     plan_id: str
-    state: str                 # completed | already-completed | paused
+    state: str                 # completed | already-completed | paused | interrupted (a stop request honoured)
     message: str
     steps_done: int = 0
     steps_total: int = 0
