@@ -212,3 +212,23 @@ def test_sigterm_stops_the_roll_once_the_broker_in_flight_is_done_and_a_run_agai
     assert [s["state"] for s in env.check.json(f"/kplan/rolls/{doc['id'].split(':')[1]}")["steps"]] == ["done"] * 2
     assert leaders(env.zk) == lead_before
     env.check.assert_nothing_lost({k: len(v) for k, v in before.items()}, before)
+
+
+def test_the_demotion_does_not_hand_leadership_to_a_broker_in_maintenance(cluster, tmp_path):
+    """orders-0 [1,2,3] is led by broker 1; its next in-sync replica is broker 2, but broker 2 is in maintenance
+    (draining: it gets no preferred leadership from any other plan), so while broker 1 restarts broker 3 leads."""
+    from planner import maintenance as mt
+
+    env = cluster(DESC, **FAST)
+    env.zk.create(f"{mt.ROOT}/2", mt.encode(mt.Entry(2, mt.DRAINING, reason="test: a drain in progress")),
+                  makepath=True)
+    plan = plan_for(env, tmp_path, (1,))
+    seen: dict = {}
+
+    def go(b: int) -> None:
+        seen.update(leaders(env.zk))
+        restart(env)(b)
+
+    assert roll(env, plan, restart=go).state == "completed"
+    assert seen[("orders", 0)] == 3, seen
+    assert leaders(env.zk)[("orders", 0)] == 1    # and back to its preferred leader after the roll

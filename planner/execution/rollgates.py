@@ -13,7 +13,7 @@ does to an ISR), applied to the cluster as it is now rather than to a snapshot:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,6 +32,7 @@ class Demotion:
     reorder: dict[Key, tuple[tuple[int, ...], tuple[int, ...]]]   # key -> (list now, list written)
     elect: list[Key]                                               # then a preferred election for these
     stuck: list[Key]                                               # led by the broker, nobody to take over
+    to_avoided: list[Key] = field(default_factory=list)            # led next by a broker in maintenance
 
 
 def _matrix(rows: list[tuple[int, ...]]) -> np.ndarray:
@@ -46,8 +47,25 @@ def hosted(statuses: Mapping[Key, PartStatus], broker: int) -> list[Key]:
     return [k for k, s in statuses.items() if s.replicas is not None and broker in s.replicas]
 
 
-def demotion(statuses: Mapping[Key, PartStatus], broker: int, live: Iterable[int]) -> Demotion:
-    """planner.replay.demote on the live state of the partitions `broker` hosts."""
+def demotion(statuses: Mapping[Key, PartStatus], broker: int, live: Iterable[int],
+             avoid: Iterable[int] = ()) -> Demotion:
+    """planner.replay.demote on the live state of the partitions `broker` hosts. The leadership goes to a broker
+    of `avoid` (brokers in maintenance: they get no preferred leadership from any other plan) only where no
+    other registered in-sync replica can take it; those partitions are in `to_avoided`."""
+    live = set(live)
+    avoid = set(avoid) - {broker}
+    d = _demotion(statuses, broker, live - avoid)
+    if not avoid or not d.stuck:
+        return d
+    wide = _demotion(statuses, broker, live)
+    stuck = set(d.stuck)
+    order = {k: i for i, k in enumerate(statuses)}
+    return Demotion({**d.reorder, **{k: v for k, v in wide.reorder.items() if k in stuck}},
+                    sorted([*d.elect, *(k for k in wide.elect if k in stuck)], key=order.__getitem__),
+                    wide.stuck, sorted(stuck - set(wide.stuck), key=order.__getitem__))
+
+
+def _demotion(statuses: Mapping[Key, PartStatus], broker: int, live: Iterable[int]) -> Demotion:
     keys = [k for k in hosted(statuses, broker) if statuses[k].has_state]
     if not keys:
         return Demotion({}, [], [])

@@ -147,7 +147,11 @@ class BrokerSteps:
                                 f"or under min ISR without it: {preflight.listing(sorted(hurt.values()))}. The roll "
                                 f"stopped before touching broker {b}. Wait for their ISRs to recover (or take a new "
                                 "snapshot and plan again), then run the roll again")
-        d = rollgates.demotion(statuses, b, live)
+        held = self._read(lambda: mt.read_all(self.client)).brokers()
+        d = rollgates.demotion(statuses, b, live, avoid=held)
+        if d.to_avoided:
+            self.warn(f"{n}: the leadership of {len(d.to_avoided)} partitions moves to a broker in maintenance (no "
+                      f"other registered in-sync replica): {preflight.listing([rollgates.name(k) for k in d.to_avoided])}")
         reg = self._registration(b)
         st.update({"czxid": reg.czxid if reg is not None else None, "started_at": rs.now(),
                    "isr_before": {rollgates.name(k): list(s.isr) for k, s in statuses.items() if b in s.isr},
