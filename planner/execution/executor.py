@@ -261,9 +261,10 @@ class Executor:
                      round(elapsed, 3), rs.now())
         if self.reporter.emit(p, force=force) and run is not None and not self.gate.dry_run and self.lock.held \
                 and self.client.connected and time.monotonic() - self._last_saved > max(5.0, self.opts.poll):
-            self._commit(self.mgr.note_progress(p.as_dict()))
-        if run is not None:
-            run.record.progress = p.as_dict()
+            self.mgr.note_progress(p.as_dict())
+            self._commit(self.mgr.ops())
+        elif run is not None:
+            self.mgr.note_progress(p.as_dict())   # written with the next transition
         return p
 
     # ------------------------------------------------------------------------------------ diagnosis

@@ -261,9 +261,9 @@ class RunManager:
         self.record.move_revert(COMPLETED, f"{label} reverted")
         return self.ops()
 
-    def note_progress(self, progress: dict[str, Any]) -> list[Op]:
+    def note_progress(self, progress: dict[str, Any]) -> None:
+        """Not a state: kept in memory, written with the next transaction (`ops()` writes it now)."""
         self.record.progress = progress
-        return self.ops()
 
     def note_verify(self, verify: dict[str, Any]) -> list[Op]:
         self.record.verify = verify
