@@ -562,15 +562,7 @@ class Executor:
             return None
         seen = None
         best, best_at, warned_at = -1, time.monotonic(), 0.0
-        last_read = time.monotonic() if just_submitted else None
-        while True:
-            stat = self.waiter.arm(codec.REASSIGN)
-            if stat is not None and last_read is not None and time.monotonic() - last_read < self.opts.poll:
-                # Woken by the controller updating the znode as partitions complete: the partitions are read
-                # again at most once per poll interval, and at once when the znode is gone (the batch is done).
-                self.waiter.sleep(self.opts.poll - (time.monotonic() - last_read))
-                continue
-            last_read = time.monotonic()
+        for stat in self.waiter.rounds(codec.REASSIGN, read_at=time.monotonic() if just_submitted else None):
             statuses = self._read(lambda: self.view.partitions(keys, states=False))
             done = sum(1 for k in keys if statuses[k].replicas == target[k] and not statuses[k].reassigning)
             gone = [preflight.name(k) for k in keys if statuses[k].replicas is None]
@@ -610,7 +602,7 @@ class Executor:
                 msg = f"{unit.label}: no partition completed for {now - best_at:.0f} s; " + stalled_text(reasons)
                 log.warning("%s", msg)
             self._check_time(f"{unit.label} was in flight", keys)
-            self.waiter.sleep()
+        return seen   # not reached: rounds() never ends
 
     # ------------------------------------------------------------------------------------ elections
     def _elect(self, run: rs.Run, unit: Unit) -> None:

@@ -140,16 +140,7 @@ class Verifier:
         pending = list(keys)
         statuses: dict[Key, PartStatus] = {}
         deadline = self.started + self.opts.wait
-        last_read = None
-        while True:
-            stat = self.waiter.arm(codec.REASSIGN)
-            now = time.monotonic()
-            if stat is not None and last_read is not None and now - last_read < self.opts.poll and now < deadline:
-                # A change of the znode (partitions completing) wakes the loop; partitions are read again at
-                # most once per poll interval, and at once when the znode is gone (all of them completed).
-                self.waiter.sleep(min(self.opts.poll - (now - last_read), max(0.0, deadline - now)))
-                continue
-            last_read = now
+        for _stat in self.waiter.rounds(codec.REASSIGN, deadline):
             seen = probe(self.view, self.plan, pending)
             statuses.update(seen.statuses)
             pending = seen.pending
@@ -164,7 +155,7 @@ class Verifier:
                     return True, statuses, seen_at
             if time.monotonic() >= deadline:
                 return False, statuses, None
-            self.waiter.sleep(min(self.opts.poll, max(0.0, deadline - time.monotonic())))
+        return False, statuses, None   # not reached: rounds() never ends
 
     # ------------------------------------------------------------------------------------------ run
     def verify(self) -> VerifyResult:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -41,6 +41,23 @@ class Waiter:
         """exists() with a one-shot watch that wakes the waiter when the znode is created, changed or deleted."""
         return self.read(lambda: self.client.exists(path, watch=self.wake))
 
+    def rounds(self, path: str, deadline: float | None = None, read_at: float | None = None) -> Iterator[Any]:
+        """The wait loop of apply's batches and of verify: yields (the exists() stat of `path`) each time the
+        caller should read the cluster again, then sleeps a poll interval (never past `deadline`, monotonic).
+        While `path` exists a change of it (the controller updating /admin/reassign_partitions as partitions
+        complete) wakes the loop, but reads come at most once per poll interval; once it is gone (the last
+        partition completed) at once. `read_at`: the caller read just before (the first read then waits too)."""
+        last = read_at
+        while True:
+            stat = self.arm(path)
+            now = time.monotonic()
+            if stat is not None and last is not None and now - last < self.poll and (deadline is None or now < deadline):
+                self.sleep(min(self.poll - (now - last), _left(deadline, now)))
+                continue
+            last = now
+            yield stat
+            self.sleep(min(self.poll, _left(deadline, time.monotonic())))
+
     def until_absent(self, path: str, timeout: float) -> bool:
         """Wait until `path` does not exist: True, or False once `timeout` seconds have passed."""
         limit = time.monotonic() + timeout
@@ -49,3 +66,7 @@ class Waiter:
                 return False
             self.sleep()
         return True
+
+
+def _left(deadline: float | None, now: float) -> float:
+    return float("inf") if deadline is None else max(0.0, deadline - now)
