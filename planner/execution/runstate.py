@@ -1,5 +1,7 @@
-"""The run record: explicit per-unit states persisted in the planner's namespace (Cruise Control's
-ExecutionTask is the model: PENDING -> IN_PROGRESS -> COMPLETED, with ABORTING -> ABORTED for a revert).
+"""The run record on ZooKeeper: where it lives, how it is read, and RunManager, the only code that changes a run's
+state (Cruise Control's ExecutionTask / ExecutionTaskManager are the model: PENDING -> IN_PROGRESS -> COMPLETED,
+with ABORTING -> ABORTED for a revert). The record's types and its table of legal transitions are runrecord.py
+(backend-neutral: a KRaft backend keeps the same record elsewhere).
 
 Layout inside the cluster's chroot:
     /kplan/lock                      kazoo Lock recipe: one writer (apply, cancel, verify's writes) at a time
