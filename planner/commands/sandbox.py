@@ -23,7 +23,7 @@ from planner.errors import BadInput
 from planner.text import count
 
 TIMING_OPTIONS = [
-    ("--catch-up-delay", "catch_up_delay", float, "seconds a returning replica needs to rejoin the ISR (2)"),
+    ("--catch-up-delay", "catch_up_delay", float, "seconds a returning replica needs to rejoin the ISR (2; 0.5 with the demo preset)"),
     ("--shutdown-retries", "shutdown_retries", int, "controlled shutdown attempts before stopping anyway (3)"),
     ("--shutdown-retry-interval", "shutdown_retry_interval", float, "seconds between those attempts (5)"),
     ("--rebalance-interval", "rebalance_interval", float, "seconds between auto leader rebalance checks (300)"),

@@ -38,7 +38,7 @@ from planner.errors import BadInput, PlannerError
 from planner.kafka import DEFAULT_VERSION as KAFKA_VERSION
 from planner.sandbox.daemon import CONTROL_FILE, DAEMON_CONFIG, LOG_FILE
 from planner.sandbox.files import SANDBOX_FILE, write_json
-from planner.sandbox.presets import generated_description, preset_description
+from planner.sandbox.presets import DEMO_TIMING, generated_description, preset_description
 from planner.sandbox.settings import Timing
 from planner.zkserver import ZooKeeperServer, pid_alive, stop_pid
 
@@ -315,6 +315,8 @@ class Sandbox:
         (throwaway CA and keys made with keytool, `kafka_ssl`). Timing keywords (session_timeout,
         shutdown_retries, ...) apply to both engines (settings.Timing)."""
         directory = Path(directory).resolve()
+        if preset == "demo":
+            timing = {**DEMO_TIMING, **{k: v for k, v in timing.items() if v is not None}}
         settings = Timing.from_kwargs(**timing)
         if engine not in ENGINES:
             raise BadInput(f"unknown sandbox engine {engine!r} (known: {', '.join(ENGINES)})")
