@@ -159,3 +159,15 @@ def test_the_roll_record_moves_only_as_its_tables_allow():
     with pytest.raises(rr.IllegalTransition, match="completed -> running"):
         rl.move_state(rec, rl.RUNNING)
     assert rec == {"plan_id": "p", "state": rl.COMPLETED, "phase": rl.STEPS}
+
+
+def test_a_refused_transaction_is_undone_in_memory_from_a_checkpoint():
+    mgr = _manager(["completed", "pending"])
+    mgr.record.extra["intent"] = {"holds": True}
+    before = json.dumps(mgr.record.to_json())
+    cp = mgr.checkpoint()
+    mgr.submit(1, "batch 2", 1, b"{}")
+    mgr.record.extra["cancel"] = {"mode": "revert"}
+    assert json.dumps(mgr.record.to_json()) != before
+    mgr.restore(cp)
+    assert json.dumps(mgr.record.to_json()) == before
