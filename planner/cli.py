@@ -1,4 +1,4 @@
-"""`kplan`: the command line (DESIGN.md "Public interface").
+"""`kplan`: the command line (docs/DESIGN.md "Public interface").
 
 Each command lives in `planner/commands/<name>.py` with `add_parser(subparsers)`; the library is imported
 only when a command runs, so `kplan --help` stays fast and Spark/OR-Tools load only where needed.

@@ -1,4 +1,4 @@
-"""The cluster description file (DESIGN.md): validation and normalisation.
+"""The cluster description file (docs/DESIGN.md): validation and normalisation.
 
 Tests, benchmarks, the demo and `kplan sandbox up --cluster` all describe a cluster this way:
 

@@ -1,4 +1,4 @@
-"""Error types a caller can act on (DESIGN.md exit codes: 0 done, 1 refused/not converged, 2 bad input).
+"""Error types a caller can act on (docs/DESIGN.md exit codes: 0 done, 1 refused/not converged, 2 bad input).
 
 Two questions a scheduler asks of any failure, answered by attributes rather than by parsing messages:
 - `exit_code`: what `kplan` returns when this error ends a command.

@@ -1,4 +1,4 @@
-"""Per-broker maintenance state, kept in the cluster beside the apply lock (DESIGN.md "Maintenance lifecycle").
+"""Per-broker maintenance state, kept in the cluster beside the apply lock (docs/DESIGN.md "Maintenance lifecycle").
 
     /kplan/maintenance/<broker id>   {"format": "kplan-maintenance/1", "broker": 1, "state": "drained",
                                       "plan_id": "sha256:…", "run": "<run folder or DAG run>",

@@ -2,7 +2,7 @@
 
 `synth_cluster` makes the arrays; `to_snapshot` writes them as a snapshot folder directly (so million-
 partition benchmarks of the risk job and the optimizer do not need to load ZooKeeper first);
-`to_description` turns them into the cluster description format of DESIGN.md, which the loader and the
+`to_description` turns them into the cluster description format of docs/DESIGN.md, which the loader and the
 sandbox take.
 """
 
@@ -204,7 +204,7 @@ def to_snapshot(c: SynthCluster, out: Path | str, source: str = "synth") -> Path
 
 
 def to_description(c: SynthCluster) -> dict[str, Any]:
-    """The cluster description format of DESIGN.md (what the loader and `kplan sandbox up --cluster` take)."""
+    """The cluster description format of docs/DESIGN.md (what the loader and `kplan sandbox up --cluster` take)."""
     brokers = [{"id": int(b), "rack": r} if r is not None else {"id": int(b)}
                for b, r in zip(c.broker_ids.tolist(), c.racks, strict=True)]
     reps = c.replicas.tolist()

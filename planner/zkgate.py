@@ -1,7 +1,7 @@
 """The write gate: the only module of the product (everything outside the emulated sandbox and its loader)
 that writes to ZooKeeper.
 
-Why one gate: the step that writes is where tools hurt people. DESIGN.md's safety rules allow exactly
+Why one gate: the step that writes is where tools hurt people. docs/DESIGN.md's safety rules allow exactly
 - `/admin/reassign_partitions` and `/admin/preferred_replica_election`: **created** only. Kafka's controller
   acts on these znodes only when they are created; a later data change is ignored and deleting them loses the
   controller's watch (KafkaController re-arms it only after deleting the znode itself), so the gate never

@@ -1,4 +1,4 @@
-"""The `kplan` entry point: every public command is registered and errors map to DESIGN.md's exit codes."""
+"""The `kplan` entry point: every public command is registered and errors map to docs/DESIGN.md's exit codes."""
 
 from __future__ import annotations
 

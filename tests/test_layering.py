@@ -1,4 +1,4 @@
-"""DESIGN.md's "may import" table, enforced by reading every module's imports (ast, nothing is executed).
+"""docs/DESIGN.md's "may import" table, enforced by reading every module's imports (ast, nothing is executed).
 
 | path     | may import                                                                          |
 | planner/ | stdlib, kazoo, pandas, pyarrow, numpy, ortools; never airflow, never pyspark at module level |
@@ -83,7 +83,7 @@ def test_planner_never_imports_airflow_nor_pyspark_at_module_level():
             if r == "airflow" or (r in FUNCTION_LEVEL_ONLY and top):
                 bad.append(where)
             elif r not in STDLIB and r != "planner" and r not in PLANNER_THIRD_PARTY:
-                bad.append(where + " (not in DESIGN.md's list for planner/)")
+                bad.append(where + " (not in docs/DESIGN.md's list for planner/)")
     assert not bad, "\n".join(bad)
 
 

@@ -20,7 +20,7 @@ CLUSTER = {"brokers": [{"id": i} for i in (1, 2, 3)], "topics": [{"name": "t", "
 PLAN = "sha256:" + "a" * 64
 OTHER = "sha256:" + "b" * 64
 
-# The legal moves, written out by hand from the design (DESIGN.md "Maintenance lifecycle"), independently of
+# The legal moves, written out by hand from the design (docs/DESIGN.md "Maintenance lifecycle"), independently of
 # the module's table: (actor, from, to); None = in service.
 LEGAL = {
     ("drain-apply", None, "draining"), ("drain-apply", "draining", "draining"),

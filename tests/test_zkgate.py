@@ -1,4 +1,4 @@
-"""The write gate is the product's only ZooKeeper writer, and it writes only where DESIGN.md allows.
+"""The write gate is the product's only ZooKeeper writer, and it writes only where docs/DESIGN.md allows.
 
 Three independent proofs:
 1. Static: an AST walk of planner/ finds every kazoo write call (create, set, delete, ensure_path,

@@ -5,7 +5,7 @@ partitions, or summary.json with --json. Progress goes to stderr.
 
 Exit codes: 2 bad input (nothing evaluated); otherwise 0, because a risk level is information, not a
 failure of the command. Scripts that want to gate on it pass `--fail-on LEVEL`: exit 1 when any scenario
-reaches that level (DESIGN.md's "refused for safety").
+reaches that level (docs/DESIGN.md's "refused for safety").
 """
 
 from __future__ import annotations

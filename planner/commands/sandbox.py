@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up = actions.add_parser("up", help="start ZooKeeper and the emulated cluster, return once settled")
     _add_dir(up)
     src = up.add_mutually_exclusive_group()
-    src.add_argument("--cluster", help="cluster description file (DESIGN.md format)")
+    src.add_argument("--cluster", help="cluster description file (docs/DESIGN.md format)")
     src.add_argument("--preset", help="ready-made cluster: demo (default) or generated (with --brokers)")
     up.add_argument("--brokers", type=int, help="generate a cluster of N brokers")
     up.add_argument("--racks", type=int, help="racks of the generated cluster (default min(3, N))")

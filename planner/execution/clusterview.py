@@ -203,13 +203,6 @@ class ClusterView:
         except CodecError as e:
             return AdminZnode(True, data, stat.mzxid, None, str(e))
 
-    def election_pending(self) -> AdminZnode:
-        try:
-            data, stat = self.client.get(codec.PREFERRED_ELECTION)
-        except NoNodeError:
-            return AdminZnode(False)
-        return AdminZnode(True, data, stat.mzxid)
-
     # ------------------------------------------------------------------------------------ configs
     def configs(self, entities: Iterable[str]) -> dict[str, tuple[dict[str, str], int] | None]:
         """`topics/<t>` / `brokers/<id>` -> (override set, znode version), or None when the znode is absent.

@@ -96,10 +96,6 @@ class RunPlan:
     def bytes_total(self) -> int:  # cached: progress asks for it on every check
         return sum(m.bytes or 0 for m in self.moves.values())
 
-    @property
-    def bytes_known(self) -> bool:
-        return all(m.bytes is not None for m in self.moves.values())
-
     def final_unit(self) -> dict[Key, int]:
         """For each partition, the last unit that writes it (the one that brings it to its target)."""
         last: dict[Key, int] = {}

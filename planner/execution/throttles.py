@@ -18,7 +18,7 @@ What a run added is recorded in `/kplan/runs/<plan>/throttles` *before* the conf
 process killed at any point leaves enough behind for the next apply, verify or cancel to remove it.
 Removal follows task state (Cruise Control again): a partition's entries go once it is no longer in flight,
 a broker's rates once none of its moves is in flight. (The executor asks for rates on the brokers of the
-following batches of the same rate too: see Executor._brokers_ahead.)
+following batches of the same rate too: see planner.execution.executor.brokers_ahead.)
 """
 
 from __future__ import annotations
