@@ -43,7 +43,9 @@ from typing import TYPE_CHECKING, Any
 from planner.errors import (
     BadInput,
     KraftMigration,
+    NextStep,
     NotConverged,
+    NoThrottle,
     NotYourTurn,
     PlannerError,
     RollStopped,
@@ -84,7 +86,7 @@ if TYPE_CHECKING:
     from planner.snapshot_io import Snapshot
 
 __all__ = ["ApplySchedule", "Plan", "ProgressFn",
-    "BadInput", "KraftMigration", "NotConverged", "NotYourTurn", "PlannerError", "RiskSubmit", "RollStopped",
+    "BadInput", "KraftMigration", "NextStep", "NoThrottle", "NotConverged", "NotYourTurn", "PlannerError", "RiskSubmit", "RollStopped",
     "SafetyRefusal", "ZkUnavailable", "roll_status",
     "risk_submit",
     "ApplyOutcome", "ApplyRequest", "CancelOutcome", "CancelRequest", "DrainRequest", "PlanOutcome", "Progress",
@@ -282,19 +284,19 @@ def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutc
     if req.throttle is not None and (isinstance(req.throttle, bool) or not isinstance(req.throttle, int)
                                      or req.throttle < 1):
         raise BadInput(f"throttle must be a rate of at least 1 byte/s, got {req.throttle!r} (a throttle of 0 "
-                       "would stall the copy; to copy without one, say no_throttle / --no-throttle)")
+                       "would stall the copy; to copy without one, say no_throttle)")
     if req.throttle is not None and req.no_throttle:
-        raise BadInput("give either a throttle or no_throttle (--no-throttle), not both")
+        raise BadInput("give either a throttle or no_throttle, not both")
     plan = read_plan(req.plan)
     refusal = apply_schedule(plan, req.throttle, req.no_throttle).refusal if plan.kind != "restart" else None
     if refusal and not req.dry_run:      # a dry run copies nothing (it lists the writes, with no rate); a restart
-        # plan is refused further on: it is run whole by `kplan roll`
-        raise BadInput(refusal)
+        # plan is refused further on: it is run whole by the roll
+        raise NoThrottle(refusal)
     r = steps.apply(req, progress=_exec_progress("apply", progress))
     path = None if req.dry_run else steps.apply_folder(req.plan, req.out)
     return ApplyOutcome(path, r.plan_id, r.state, r.units_done, r.units_total, tuple(r.warnings), r.message,
                         r.resumed, r.units_submitted, r.partitions_done, r.partitions_total, r.bytes_done,
-                        r.bytes_total, r.seconds, tuple(r.writes), r.intent)
+                        r.bytes_total, r.seconds, tuple(r.writes), r.intent, tuple(r.next_steps))
 
 
 def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyOutcome:

@@ -20,8 +20,13 @@ import threading
 
 from planner import __version__
 from planner.commands._signals import SIGNALS
-from planner.errors import PlannerError
+from planner.commands._zkargs import said
+from planner.errors import NoThrottle, PlannerError
 
+# What gets past an error, in the command line's words (the library's message states the fact).
+REMEDY: dict[type[PlannerError], str] = {
+    NoThrottle: ": give a throttle (--throttle RATE, e.g. 50MB), or say --no-throttle to copy at full speed on purpose",
+}
 COMMANDS = ["sandbox", "snapshot", "risk", "plan", "apply", "verify", "cancel", "brokers", "maintenance", "roll"]
 
 
@@ -71,10 +76,12 @@ def main(argv: list[str] | None = None) -> int:
             # Ctrl-C / SIGTERM: whatever broke on the way out (Py4J losing its JVM, ...) is part of the interrupt
             detail = getattr(e, "detail", None)
             print(f"kplan {args.command}: interrupted{SIGNALS.by()}: "
-                  + (detail or "nothing was left half-written"), file=sys.stderr)
+                  + (said(detail, getattr(e, "next_steps", ()), args) if detail else "nothing was left half-written"),
+                  file=sys.stderr)
             return SIGNALS.exit_code()
         if isinstance(e, PlannerError):
-            print(f"kplan {args.command}: error: {e}", file=sys.stderr)
+            print(f"kplan {args.command}: error: {said(str(e), e.next_steps, args)}"
+                  + REMEDY.get(type(e), ""), file=sys.stderr)
             return e.exit_code
         if isinstance(e, OSError):
             where = f" ({e.filename})" if e.filename else ""

@@ -4,9 +4,22 @@ Two questions a scheduler asks of any failure, answered by attributes rather tha
 - `exit_code`: what `kplan` returns when this error ends a command.
 - `retryable`: whether running the same step again, unchanged, may succeed (ZooKeeper down, session lost).
   Bad input and safety refusals are not retryable: the same request fails the same way.
+
+Messages carry facts. What to do next is data, worded by whoever presents it (the CLI as a command line or a
+flag, the Airflow layer as a task or a param): `next_steps` names the steps to run next on the same plan,
+and an error's type says what would get past it (NoThrottle: a rate, or no_throttle on purpose).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class NextStep(NamedTuple):
+    """A step to run next on the same plan (`apply`, `cancel`, `verify`) and what running it does."""
+
+    step: str
+    does: str
 
 
 class PlannerError(Exception):
@@ -15,11 +28,20 @@ class PlannerError(Exception):
     exit_code = 1
     retryable = False
 
+    def __init__(self, *args: object, next_steps: tuple[NextStep, ...] = ()):
+        super().__init__(*args)
+        self.next_steps = tuple(next_steps)
+
 
 class BadInput(PlannerError):
     """The user's input (arguments, files, connect string, snapshot) is wrong. Nothing was written."""
 
     exit_code = 2
+
+
+class NoThrottle(BadInput):
+    """Data batches would copy with no replication throttle, and nobody said that was on purpose: give a rate
+    (`throttle`), or `no_throttle` to copy at full speed."""
 
 
 class ZkUnavailable(PlannerError):
@@ -62,9 +84,10 @@ class Interrupted(KeyboardInterrupt):
     flight, its throttles) and which command removes it. A KeyboardInterrupt, so it is never caught as an
     error (the CLI exits 130 / 143 with `detail`)."""
 
-    def __init__(self, detail: str):
+    def __init__(self, detail: str, next_steps: tuple[NextStep, ...] = ()):
         super().__init__(detail)
         self.detail = detail
+        self.next_steps = tuple(next_steps)
 
 
 class NotYourTurn(PlannerError):

@@ -482,7 +482,8 @@ class ApplySchedule:
     batches: tuple[BatchRate, ...]
     seconds: float | None       # the copy time of the whole apply (None when a data batch has no rate or bytes)
     unthrottled: tuple[int, ...]  # data batches that would copy with no rate
-    refusal: str | None         # why apply refuses (no rate and no explicit no_throttle), else None
+    refusal: str | None         # why apply refuses (no rate and no explicit no_throttle), else None: the fact; the
+    #                             remedy (a throttle, or no_throttle on purpose) is the caller's to word (NoThrottle)
 
 
 def apply_schedule(plan: Plan, throttle: int | None = None, no_throttle: bool = False) -> ApplySchedule:
@@ -508,6 +509,5 @@ def apply_schedule(plan: Plan, throttle: int | None = None, no_throttle: bool = 
         why = "the plan was made without partition sizes, so it suggests no rate" \
             if plan.summary.get("bytes_moved") is None else "no rate was given or suggested"
         refusal = (f"{len(unthrottled)} data batches of plan {plan.id[:19]}... would copy with no replication "
-                   f"throttle ({why}): give a throttle (--throttle RATE, e.g. 50MB), or say --no-throttle to copy "
-                   "at full speed on purpose")
+                   f"throttle ({why})")
     return ApplySchedule(tuple(rows), total, tuple(unthrottled), refusal)

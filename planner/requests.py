@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from planner.errors import NextStep
     from planner.kafka_admin import KafkaSecurity
     from planner.plan_model import Plan
 
@@ -253,6 +254,7 @@ class ApplyOutcome:
     seconds: float = 0.0
     writes: tuple[str, ...] = ()              # dry run: every write, in order
     intent: Mapping[str, Any] | None = None   # a drain: its brokers host and lead nothing now? (docs/APPLY.md)
+    next_steps: tuple[NextStep, ...] = ()     # interrupted: the steps to run next on this plan (resume, cancel)
 
 
 @dataclass(frozen=True)

@@ -191,3 +191,20 @@ def test_apply_verify_cancel_refuse_bad_input_before_connecting(tmp_path):
                   (api.cancel, api.CancelRequest(zk="h:1", plan=tmp_path))):
         with pytest.raises(BadInput, match="plan.json"):
             fn(r)
+
+
+def test_a_copy_with_no_rate_is_refused_as_a_fact_that_each_caller_words(tmp_path, capsys):
+    """Issue 23 item 6: the library states what is wrong (NoThrottle, naming no flag); the CLI adds the remedy
+    in its words (the Airflow layer in its own: kplan_airflow.operators.NO_THROTTLE_REMEDY). Nothing connects."""
+    plan = write_plan_folder(tmp_path / "plan", "sha256:" + "0" * 64, {("t", 0): [1, 2]},
+                             [ReassignEntry("t", 0, (1, 3))])
+    with pytest.raises(api.NoThrottle) as e:
+        api.apply(api.ApplyRequest(zk="127.0.0.1:1", plan=plan))
+    fact = str(e.value)
+    assert fact.startswith("1 data batches of plan sha256:") and fact.endswith(
+        "would copy with no replication throttle (the plan was made without partition sizes, so it suggests no "
+        "rate)")
+    assert e.value.exit_code == 2 and "--" not in fact and "kplan" not in fact
+    assert cli.main(["apply", "--zk", "127.0.0.1:1", "--plan", str(plan)]) == 2
+    assert capsys.readouterr().err == f"kplan apply: error: {fact}: give a throttle (--throttle RATE, e.g. 50MB), " \
+                                      "or say --no-throttle to copy at full speed on purpose\n"

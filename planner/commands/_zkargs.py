@@ -35,6 +35,15 @@ def rate(text: str) -> int:
 
 
 
+def said(text: str, next_steps: Any, args: argparse.Namespace) -> str:
+    """A library message followed by its next steps (errors.NextStep) as the command lines that run them on the
+    same cluster and plan: "text. `kplan cancel --zk Z --plan P` waits for it; `kplan apply ...` resumes"."""
+    if not next_steps:
+        return text
+    where = f"--zk {getattr(args, 'zk', None) or 'ZK'} --plan {getattr(args, 'plan', None) or 'P'}"
+    return text + ". " + "; ".join(f"`kplan {s.step} {where}` {s.does}" for s in next_steps)
+
+
 def broker_list(text: str) -> list[int]:
     """--brokers 1,2,3 -> [1, 2, 3] (plan drain / return / restart, maintenance clear)."""
     parts = [p.strip() for p in text.split(",") if p.strip()]

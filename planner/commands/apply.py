@@ -10,7 +10,7 @@ import argparse
 import sys
 import threading
 
-from planner.commands._zkargs import ProgressLine, add_zk, rate
+from planner.commands._zkargs import ProgressLine, add_zk, rate, said
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -52,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from planner import api
     from planner import zk as zkmod
-    from planner.execution.executor import LOCK_LINES
+    from planner.execution.runstate import LOCK_PATH
 
     stop = threading.Event()
     req = api.ApplyRequest(zk=args.zk, plan=Path(args.plan), out=Path(args.out) if args.out else None,
@@ -94,14 +94,16 @@ def _run(args: argparse.Namespace) -> int:
         SIGNALS.graceful = None
         line.end()
     if args.dry_run:
-        print(LOCK_LINES[0])
+        # the writes the apply makes between taking its lock (an ephemeral znode of kazoo's lock recipe) and
+        # releasing it
+        print(f"create {LOCK_PATH}/<uuid>__lock__<seq> (ephemeral: the apply lock, held for the whole apply)")
         for text in outcome.writes:
             print(text)
-        print(LOCK_LINES[1])
+        print(f"delete {LOCK_PATH}/<uuid>__lock__<seq> (the lock released)")
         print(f"dry run: {len(outcome.writes)} writes would be made; none was made", file=sys.stderr)
     for w in outcome.warnings:
         print(f"kplan apply: WARNING: {w}", file=sys.stderr)
-    print(outcome.message)
+    print(said(outcome.message, outcome.next_steps, args))
     if outcome.state == "interrupted":
         return SIGNALS.exit_code()
     if outcome.intent is not None and not outcome.intent["holds"]:

@@ -36,7 +36,7 @@ from kazoo.protocol.states import KazooState
 
 from planner import codec
 from planner import zk as zkmod
-from planner.errors import Interrupted, NotConverged, PlannerError, SafetyRefusal, ZkUnavailable
+from planner.errors import Interrupted, NextStep, NotConverged, PlannerError, SafetyRefusal, ZkUnavailable
 from planner.execution import election, lifecycle, preflight
 from planner.execution import runstate as rs
 from planner.execution.clusterview import ClusterView, Key, retrying
@@ -92,6 +92,7 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     reverted: list[tuple[str, int]] = field(default_factory=list)  # partitions moved back by a cancel
     intent: dict[str, Any] | None = None  # a completed drain: does the cluster now hold its intent? (intent.py)
+    next_steps: tuple[NextStep, ...] = ()  # state interrupted: what to run next on this plan
 
 
 class Executor:
@@ -230,8 +231,9 @@ class Executor:
         if self.deadline is not None and time.monotonic() > self.deadline:
             reasons = self.diagnose(keys, time_left=0.0)
             raise NotConverged(f"{self.command} timed out after {self.budget or 0:.0f} s while {what}; "
-                               + stalled_text(reasons) + ". The run is recorded: `kplan apply` again resumes it, "
-                               "`kplan verify` reports, `kplan cancel` stops it")
+                               + stalled_text(reasons) + ". The run is recorded",
+                               next_steps=(NextStep("apply", "resumes it"), NextStep("verify", "reports"),
+                                           NextStep("cancel", "stops it")))
 
     # ------------------------------------------------------------------------------------ progress
     def progress(self, state: str, unit: Unit | None = None, unit_done: int = 0, force: bool = False) -> Progress:
@@ -354,8 +356,7 @@ class Executor:
         unthrottled = [u.label for u in plan.units if u.kind == "data" and u.bytes and not self.rate(u)
                        and run.unit_state(u.index) == rs.PENDING]
         if unthrottled and not any("no replication throttle" in w for w in self.warnings):
-            self.warn(f"no replication throttle: {len(unthrottled)} data batches copy at full speed (give a throttle, "
-                      "e.g. --throttle 50MB)")
+            self.warn(f"no replication throttle: {len(unthrottled)} data batches copy at full speed")
         self.progress(run.state, force=True)
         try:
             if run.state in (rs.CANCELLING, rs.REVERTING) or self._cancel_request():
@@ -676,12 +677,11 @@ class Executor:
         except BaseException as e:  # noqa: BLE001 - never hide the original error (a further Ctrl-C included)
             log.warning("could not record the failure in the run record: %r", e)
         if interrupted:
-            raise Interrupted(self._what_remains(recorded)) from None
+            raise Interrupted(*self._what_remains(recorded)) from None
 
-    def _what_remains(self, recorded: bool) -> str:
-        """After an interrupt: what this run leaves in the cluster and the command that removes it."""
+    def _what_remains(self, recorded: bool) -> tuple[str, tuple[NextStep, ...]]:
+        """After an interrupt: what this run leaves in the cluster, and the steps that remove it or resume."""
         unit = self._in_flight_unit()
-        where = f"--zk {self.opts.connect or 'ZK'} --plan {self.plan.path or 'P'}"
         entities: list[str] = []
         if self.client.connected:
             try:
@@ -697,13 +697,14 @@ class Executor:
                 "ZooKeeper did not answer, so nothing could be removed or recorded (the lock znode goes with the "
                 "session)")
         if unit is None and not entities:
-            return f"{head}; no batch was in flight and no throttle of this run is left; `kplan apply {where}` resumes"
+            return (f"{head}; no batch was in flight and no throttle of this run is left",
+                    (NextStep("apply", "resumes"),))
         shown = ", ".join(entities[:12]) + (f" and {len(entities) - 12} more" if len(entities) > 12 else "")
-        return (f"{head}; " + (f"{unit.label} is still moving in Kafka ({count(len(unit.entries), 'partition')})"
-                               if unit is not None else "no batch is in flight")
-                + (f", with this run's replication throttles on {shown}" if shown else "")
-                + f". `kplan cancel {where}` waits for it, removes those throttles and ends the run; "
-                f"`kplan apply {where}` resumes the plan instead")
+        return ((f"{head}; " + (f"{unit.label} is still moving in Kafka ({count(len(unit.entries), 'partition')})"
+                                if unit is not None else "no batch is in flight")
+                 + (f", with this run's replication throttles on {shown}" if shown else "")),
+                (NextStep("cancel", "waits for it, removes those throttles and ends the run"),
+                 NextStep("apply", "resumes the plan instead")))
 
     def _finish_stop(self, run: rs.Run) -> Result:
         """A stop request (Ctrl-C, SIGTERM) between batches: nothing is in flight. Remove this run's throttles,
@@ -712,11 +713,11 @@ class Executor:
         self._commit(self.mgr.stop("interrupted: stopped between batches (resumable)",
                                    "stopped on request between batches"))
         p = self.progress(run.state, force=True)
-        where = f"--zk {self.opts.connect or 'ZK'} --plan {self.plan.path or 'P'}"
-        return self._result(run, "interrupted", f"plan {self.plan.id} stopped on request: {p.units_done} of "
-                            f"{len(self.plan.units)} batches applied, none in flight, no throttle of this run left, "
-                            f"the run recorded as stopped; `kplan apply {where}` resumes it, `kplan cancel {where}` "
-                            "ends it")
+        result = self._result(run, "interrupted", f"plan {self.plan.id} stopped on request: {p.units_done} of "
+                              f"{len(self.plan.units)} batches applied, none in flight, no throttle of this run "
+                              "left, the run recorded as stopped")
+        result.next_steps = (NextStep("apply", "resumes it"), NextStep("cancel", "ends it"))
+        return result
 
     # --------------------------------------------------------------------------------------- cancel
     def _finish_cancel(self, run: rs.Run, req: dict[str, Any], unit: Unit | None) -> Result:
@@ -800,7 +801,8 @@ class Executor:
                     f"cancel ({mode}) of plan {self.plan.id} is recorded, but {who} still holds the lock after "
                     f"{timeout:.0f} s" + (f": {unit.label} is in flight and must finish first (ZooKeeper cannot stop "
                                           "a running reassignment)" if unit else "")
-                    + ". The apply stops at its next step; run `kplan cancel` again to wait longer") from None
+                    + ". The apply stops at its next step",
+                    next_steps=(NextStep("cancel", "waits longer"),)) from None
             run = self._reload()
             if run.state in rs.TERMINAL:
                 return self._result(run, run.state, f"the apply honoured the cancel: the run is {run.state}")
@@ -876,6 +878,3 @@ def _when(t: Any) -> str:
         return ""
     return "at " + time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(t))
 
-
-LOCK_LINES = (f"create {rs.LOCK_PATH}/<uuid>__lock__<seq> (ephemeral: the apply lock, held for the whole apply)",
-              f"delete {rs.LOCK_PATH}/<uuid>__lock__<seq> (the lock released)")

@@ -37,7 +37,7 @@ from kazoo.exceptions import NoNodeError
 
 from planner import codec
 from planner import zk as zkmod
-from planner.errors import BadInput, PlannerError, SafetyRefusal
+from planner.errors import BadInput, NoThrottle, PlannerError, SafetyRefusal
 from planner.execution.progress import write_json_atomic
 from planner.execution.roller import Roll
 from planner.execution.rollrecord import RECORDS, RollOptions, RollResult, status
@@ -118,12 +118,12 @@ def roll_step(zk: str, plan_path: Path | str, options: RollOptions, *, restart_c
     if restart_command is not None:
         _check_template(restart_command)
     if options.throttle is not None and no_throttle:
-        raise BadInput("give either a throttle or no_throttle (--no-throttle), not both")
+        raise BadInput("give either a throttle or no_throttle, not both")
     if part in (None, "protect") and mark is None:
         # the temporary replicas copy data: never at full speed by accident (docs/APPLY.md "Throttles")
         refusal = apply_schedule(plan, options.throttle, no_throttle).refusal
         if refusal:
-            raise BadInput(refusal)
+            raise NoThrottle(refusal)
     if part not in (None, "protect", "step", "finish"):
         raise BadInput(f"part must be protect, step or finish, got {part!r}")
     folder = check_records(roll_folder(plan_path, out), plan.id, RECORDS, Path(plan_path),

@@ -43,6 +43,21 @@ def run_folder(context: Context) -> api.RunFolder:
     return runs.run_folder(context["dag"].dag_id, context["run_id"])
 
 
+# The planner's messages state facts; what to do next is worded here, in a DAG's terms (the CLI words it as
+# command lines and flags): the steps to run next on the same plan, and what gets past a missing throttle.
+_STEP = {"apply": "the apply task, cleared,", "verify": "the verify task",
+         "cancel": "a cancel (planner.api.cancel, or `kplan cancel` in a shell)"}
+NO_THROTTLE_REMEDY = ": give a throttle (the throttle param, e.g. 50MB), or set the no_throttle param to copy at " \
+    "full speed on purpose"
+
+
+def said(text: str, next_steps: Sequence[Any] = ()) -> str:
+    """A planner message followed by its next steps (planner.errors.NextStep), in a DAG's words."""
+    if not next_steps:
+        return text
+    return text + ". " + "; ".join(f"{_STEP.get(s.step, s.step)} {s.does}" for s in next_steps)
+
+
 @contextmanager
 def planner_errors(step: str):
     """PlannerError -> AirflowException (retryable) or AirflowFailException (not), with the planner's message.
@@ -53,9 +68,10 @@ def planner_errors(step: str):
     try:
         yield
     except PlannerError as e:
+        text = said(str(e), e.next_steps) + (NO_THROTTLE_REMEDY if isinstance(e, api.NoThrottle) else "")
         if e.retryable:
-            raise AirflowException(f"{step}: {e} (transient: the task's retries apply)") from None
-        raise AirflowFailException(str(e)) from None
+            raise AirflowException(f"{step}: {text} (transient: the task's retries apply)") from None
+        raise AirflowFailException(text) from None
 
 
 def _final_try(op: BaseOperator, context: Context) -> bool:
@@ -536,8 +552,7 @@ class PublishOperator(BaseOperator):
         record["no_throttle"] = _truthy(self.no_throttle)
         if plan.moves and schedule.refusal:
             runs.update_review(run, **record, status="refused: no throttle")
-            raise AirflowFailException(schedule.refusal.replace("--throttle RATE", "the throttle param")
-                                       .replace("--no-throttle", "the no_throttle param"))
+            raise AirflowFailException(schedule.refusal + NO_THROTTLE_REMEDY)
         if not plan.moves:
             runs.update_review(run, **record, status="nothing to do")
             raise AirflowSkipException(f"plan {plan.id} has no moves: the cluster is already as asked; "
@@ -674,7 +689,7 @@ class ApplyOperator(BaseOperator):
             raise
         if out.state == "interrupted":   # the task was killed: it stopped between batches, throttles removed
             runs.update_review(run, status="apply stopped", apply_state=out.state)
-            raise AirflowFailException(f"apply of {out.plan_id} stopped on request: {out.message}")
+            raise AirflowFailException(f"apply of {out.plan_id} stopped on request: {said(out.message, out.next_steps)}")
         if out.state in ("cancelled", "reverted"):  # `kplan cancel` stopped it: the plan is not fully applied
             runs.update_review(run, status=f"apply {out.state}", apply_state=out.state)
             raise AirflowFailException(f"apply of {out.plan_id}: {out.message or out.state}")
