@@ -59,6 +59,10 @@ def test_sigterm_to_the_apply_task_stops_after_the_batch_in_flight_and_leaves_no
         err = ended.get("error")
         assert isinstance(err, AirflowFailException), ended
         assert "stopped on request: 2 of 3 batches applied, none in flight, no throttle of this run left" in str(err)
+        # what to do next in a DAG's words, never a command line (issue 23 item 6)
+        assert str(err).endswith("the run recorded as stopped. the apply task, cleared, resumes it; a cancel "
+                                 "(planner.api.cancel, or `kplan cancel` in a shell) ends it"), str(err)
+        assert "--zk" not in str(err)
         # raw: batch 1 finished, batch 2 never submitted, nothing of the run left but its record
         assert check.unit_states(doc) == ["completed", "completed", "pending"]
         assert check.replicas("a", 0) == [2, 3] and not check.exists("/admin/reassign_partitions")
@@ -71,3 +75,23 @@ def test_sigterm_to_the_apply_task_stops_after_the_batch_in_flight_and_leaves_no
         zk.stop()
         zk.close()
         sb.down()
+
+
+def test_a_planner_refusal_gets_a_dags_words_for_what_gets_past_it():
+    """Issue 23 item 6: the planner's message states the fact; the operator adds the remedy in a DAG's terms
+    (params, tasks), where the CLI says flags and command lines (tests/test_api.py, tests/test_apply_faults.py)."""
+    from airflow.exceptions import AirflowFailException
+    from kplan_airflow.operators import planner_errors
+
+    from planner.errors import NextStep, NotConverged, NoThrottle
+
+    fact = "2 data batches of plan sha256:abc... would copy with no replication throttle (no rate was given)"
+    with pytest.raises(AirflowFailException) as e, planner_errors("apply"):
+        raise NoThrottle(fact)
+    assert str(e.value) == fact + ": give a throttle (the throttle param, e.g. 50MB), or set the no_throttle " \
+                                  "param to copy at full speed on purpose"
+    with pytest.raises(AirflowFailException) as e, planner_errors("apply"):
+        raise NotConverged("apply timed out after 5 s while batch 1 was in flight. The run is recorded",
+                           next_steps=(NextStep("apply", "resumes it"), NextStep("verify", "reports")))
+    assert str(e.value) == "apply timed out after 5 s while batch 1 was in flight. The run is recorded. the apply " \
+                           "task, cleared, resumes it; the verify task reports"
