@@ -80,7 +80,7 @@ def test_sigterm_to_the_apply_task_stops_after_the_batch_in_flight_and_leaves_no
 def test_a_planner_refusal_gets_a_dags_words_for_what_gets_past_it():
     """Issue 23 item 6: the planner's message states the fact; the operator adds the remedy in a DAG's terms
     (params, tasks), where the CLI says flags and command lines (tests/test_api.py, tests/test_apply_faults.py)."""
-    from airflow.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException
     from kplan_airflow.operators import planner_errors
 
     from planner.errors import NextStep, NotConverged, NoThrottle
