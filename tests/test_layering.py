@@ -251,3 +251,34 @@ def test_no_function_in_execution_is_over_80_lines():
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {lines} lines")
     assert not long, "functions over 80 lines in planner/execution/:\n" + "\n".join(long)
+
+
+STATE_KEYS = {"state", "phase"}
+STATE_OWNERS = {"planner/execution/runrecord.py", "planner/execution/rollrecord.py"}
+
+
+def test_only_the_record_modules_change_an_execution_state():
+    """Issue 23: a run's, a unit's or a roll step's state changes only through the transition tables
+    (runrecord.py, rollrecord.py), as Cruise Control's ExecutionTask does: no other module of planner/execution/
+    assigns a `state` / `phase` attribute or key."""
+    found = []
+    for path in files("planner/execution"):
+        rel = str(path.relative_to(REPO))
+        if rel in STATE_OWNERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+            for t in targets:
+                for sub in ast.walk(t):
+                    key = sub.attr if isinstance(sub, ast.Attribute) else \
+                        sub.slice.value if isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Constant) \
+                        else None
+                    if key in STATE_KEYS:
+                        found.append(f"{rel}:{node.lineno} {ast.unparse(node)[:90]}")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update":
+                keys = [k.value for k in getattr(node.args[0], "keys", []) if isinstance(k, ast.Constant)] \
+                    if node.args else []
+                if STATE_KEYS & set(keys) or STATE_KEYS & {kw.arg for kw in node.keywords}:
+                    found.append(f"{rel}:{node.lineno} {ast.unparse(node)[:90]}")
+    assert not found, "execution states changed outside the transition tables:\n" + "\n".join(found)
