@@ -14,52 +14,77 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.optimizer.checks import required_racks
+from planner.optimizer.checks import popcount, required_racks
+from planner.optimizer.problem import rack_masks
 from planner.optimizer.state import State, apply_move, broker_counts, is_new, level_band, movable, rack_ok
 
 
+def _lead_counts(st: State) -> tuple[np.ndarray, np.ndarray]:
+    """st.lcount as sorted (keys, values) arrays, for looking many keys up at once."""
+    if not st.lcount:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    keys = np.fromiter(st.lcount.keys(), dtype=np.int64, count=len(st.lcount))
+    vals = np.fromiter(st.lcount.values(), dtype=np.int64, count=len(st.lcount))
+    o = np.argsort(keys)
+    return keys[o], vals[o]
+
+
+def _lookup(lk: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray:
+    k, v = lk
+    if not len(k):
+        return np.zeros(keys.shape, np.int64)
+    i = np.minimum(np.searchsorted(k, keys), len(k) - 1)
+    return np.where(k[i] == keys, v[i], 0)
+
+
 def _targets(pb, st: State, eligible: np.ndarray, x: int, req: np.ndarray, budget_b: int,
-             leaders_free: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(receivers, row, slot): for each broker some replica on `x` may move to, one such replica."""
+             leaders_free: bool = False, lk: tuple[np.ndarray, np.ndarray] | None = None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(receivers, row, slot): for each broker some replica on `x` may move to, one such replica. (All
+    receivers at once: (replicas on x) x (eligible brokers) arrays; `lk` is `_lead_counts(st)`.)"""
     B = pb.num_brokers
     mov = movable(pb, st, eligible)
     ri, si = np.nonzero(mov & (st.final == x))
-    if not len(ri):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     e_idx = np.flatnonzero(eligible)
+    e_idx = e_idx[e_idx != x]
+    if not len(ri) or not len(e_idx):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if lk is None:
+        lk = _lead_counts(st)
+    n, E = len(ri), len(e_idx)
     rows = st.final[ri]
     sizes = np.maximum(pb.sizes[ri], 0)
-    fresh = ~is_new(pb, ri, si, np.full(len(ri), x))            # the replica has not moved yet in this plan
+    fresh = ~is_new(pb, ri, si, np.full(n, x))            # the replica has not moved yet in this plan
     lead = st.lead[ri] == x
-    # a planned leader's replica may leave when its topic has room where it goes, or on another of the
-    # partition's brokers (which then leads: `_hand_over`)
     t_all = pb.topic_of[ri].astype(np.int64)
-    other = np.zeros(len(ri), bool)
-    if lead.any():
-        for j in range(rows.shape[1]):
-            z = rows[:, j]
-            okz = (z >= 0) & (z != x) & eligible[np.maximum(z, 0)]
-            free = np.array([st.lcount.get(int(k), 0) for k in (t_all * B + np.maximum(z, 0)).tolist()]) \
-                < st.cap[t_all]
-            other |= lead & okz & free
-    out_b, out_r, out_s = [], [], []
-    for b in e_idx.tolist():
-        if b == x:
-            continue
-        ok = ~(rows == b).any(axis=1)
-        ok &= rack_ok(pb, rows, si, np.full(len(ri), b), req[ri])
-        if lead.any() and not leaders_free:
-            full = np.array([st.lcount.get(int(k), 0) for k in (t_all * B + b).tolist()]) >= st.cap[t_all]
-            ok &= ~(lead & full & ~other)
-        ok &= ~(fresh & is_new(pb, ri, si, np.full(len(ri), b)) & (st.bytes + sizes > budget_b))
-        hit = np.flatnonzero(ok)
-        if len(hit):
-            # a replica this plan already moves first (moving it on costs nothing), then followers, smallest
-            k = hit[np.lexsort((sizes[hit], lead[hit], fresh[hit]))[0]]
-            out_b.append(b)
-            out_r.append(int(ri[k]))
-            out_s.append(int(si[k]))
-    return np.array(out_b, np.int64), np.array(out_r, np.int64), np.array(out_s, np.int64)
+    ok = ~(rows[:, :, None] == e_idx[None, None, :]).any(axis=1)                         # (n, E)
+    if pb.rack_aware:
+        others = rows.copy()
+        others[np.arange(n), si] = -1
+        om = rack_masks(others, pb.rack_bits())
+        ok &= popcount((om[:, None] | pb.rack_bits()[e_idx][None, :]).ravel()).reshape(n, E) >= req[ri][:, None]
+    if lead.any() and not leaders_free:
+        # a planned leader's replica may leave when its topic has room where it goes, or on another of the
+        # partition's brokers (which then leads: `_hand_over`)
+        li = np.flatnonzero(lead)
+        z = rows[li]
+        okz = (z >= 0) & (z != x) & eligible[np.maximum(z, 0)]
+        free = _lookup(lk, t_all[li][:, None] * B + np.maximum(z, 0)) < st.cap[t_all[li]][:, None]
+        other = (okz & free).any(axis=1)
+        full = _lookup(lk, t_all[li][:, None] * B + e_idx[None, :]) >= st.cap[t_all[li]][:, None]
+        ok[li] &= ~(full & ~other[:, None])
+    over = fresh & (st.bytes + sizes > budget_b)
+    if over.any():
+        was = (pb.replicas[ri][:, :, None] == e_idx[None, None, :]).any(axis=1)
+        ok &= ~(over[:, None] & ~was)
+    # per receiver the first allowed replica: one this plan already moves first (moving it on costs nothing),
+    # then followers, smallest
+    order = np.lexsort((sizes, lead, fresh))
+    oks = ok[order]
+    first = np.argmax(oks, axis=0)
+    hit = oks[first, np.arange(E)]
+    k = order[first[hit]]
+    return e_idx[hit].astype(np.int64), ri[k].astype(np.int64), si[k].astype(np.int64)
 
 
 def _hand_over(pb, st: State, eligible: np.ndarray, r: int, s: int) -> bool:
@@ -104,10 +129,11 @@ def augment(pb, st: State, eligible: np.ndarray, budget_m: int, budget_b: int, m
         prev: dict[int, tuple[int, int, int]] = {int(a): (-1, -1, -1) for a in src.tolist()}
         frontier = [int(a) for a in src[np.argsort(-counts[src], kind="stable")].tolist()]
         found = -1
+        lk = _lead_counts(st)
         for _depth in range(max_depth):
             nxt = []
             for x in frontier:
-                bs, rs, ss = _targets(pb, st, eligible, x, req, budget_b, leaders_free)
+                bs, rs, ss = _targets(pb, st, eligible, x, req, budget_b, leaders_free, lk)
                 for b, r, s in zip(bs.tolist(), rs.tolist(), ss.tolist(), strict=True):
                     if b in prev:
                         continue

@@ -313,6 +313,31 @@ def _best_move(ok_i: np.ndarray, row: np.ndarray, room: np.ndarray, counts: np.n
     return int(useful[k]), int(sl[cand[k]]), int(cand[k])
 
 
+def _best_moves(ok: np.ndarray, rows: np.ndarray, room: np.ndarray, counts: np.ndarray, e_idx: np.ndarray,
+                budgets: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_best_move` of several rows at once: (usefulness, slot, receiver position) per row, usefulness -1
+    where the row has no move to a broker with room (same choice and ties as `_best_move`)."""
+    n, R, E = ok.shape
+    src_b = np.maximum(rows, 0)
+    score = np.where(ok, ((budgets[0][src_b] > 0) * (1 << 30) + counts[src_b])[:, :, None], -1)   # (n, R, E)
+    sl = np.argmax(score, axis=1)                                                             # (n, E)
+    best = np.take_along_axis(score, sl[:, None, :], axis=1)[:, 0, :]
+    cand = (best >= 0) & (room > 0)[None, :]
+    useful = np.where(cand, (best >= (1 << 30)).astype(np.int64) + (budgets[1][e_idx] > 0)[None, :], -1)
+    # per row: most useful, then the emptiest receiver against the fullest source, then the first receiver
+    tie = counts[e_idx][None, :] - best % (1 << 30)
+    ii, jj = np.nonzero(cand)
+    out_u = np.full(n, -1, np.int64)
+    out_s = np.zeros(n, np.int64)
+    out_j = np.zeros(n, np.int64)
+    if len(ii):
+        o = np.lexsort((jj, tie[ii, jj], -useful[ii, jj], ii))
+        first = o[np.concatenate([[True], ii[o][1:] != ii[o][:-1]])]
+        r_i, r_j = ii[first], jj[first]
+        out_u[r_i], out_s[r_i], out_j[r_i] = useful[r_i, r_j], sl[r_i, r_j], r_j
+    return out_u, out_s, out_j
+
+
 def _repair_direct(pb: Problem, st: State, eligible: np.ndarray, e_idx: np.ndarray, req: np.ndarray,
                    bits: np.ndarray, rows: np.ndarray, budget_m: int, budget_b: int,
                    budgets: tuple[np.ndarray, np.ndarray] | None = None, max_swap: int = 48,
@@ -360,12 +385,10 @@ def _repair_direct(pb: Problem, st: State, eligible: np.ndarray, e_idx: np.ndarr
             q = seg[np.isin(st.lead[seg], mine) & ~fixed[seg] & (seg != r)][:max_swap]
             if len(q):
                 okq = _move_options(pb, st.final[q], eligible, e_idx, req[q], bits)
-                for qi, qr in enumerate(q.tolist()):
-                    alt = _best_move(okq[qi], st.final[qr], room, counts, e_idx, budgets)
-                    if alt is not None and alt[0] > use:
-                        mover, use, slot, j = qr, alt[0], alt[1], alt[2]
-                        if use == 2:
-                            break
+                u_q, s_q, j_q = _best_moves(okq, st.final[q], room, counts, e_idx, budgets)
+                k = int(np.argmax(u_q))    # the first of the best (what trying them in order found)
+                if u_q[k] > use:
+                    mover, use, slot, j = int(q[k]), int(u_q[k]), int(s_q[k]), int(j_q[k])
         if st.moves + 1 > budget_m or st.bytes + int(sizes[mover]) > budget_b:
             failed.append(r)
             continue
