@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 import pytest
-from optimizer_support import Spec, check_guarantees, counts, plan_maps, write_snapshot
+from optimizer_support import Spec, check_guarantees, counts, leader_counts, plan_maps, write_snapshot
 from rebalance_support import (
     Feasibility,
     as_lists,
@@ -138,11 +138,17 @@ def test_leaders_level_wherever_the_placement_allows(plans):
 
 def test_bytes_rebalances_level_bytes_and_counts_or_say_they_did_not(tmp_path):
     """Sizes known (log-normal per topic): a bytes rebalance of twelve generated clusters brings every broker
-    within 5 % of the mean bytes (worked out here from the plan's placement) with replica spread <= 1 where the
-    racks allow it, or the plan's warnings say which of the two it missed (never a quiet miss). Today one of
-    the twelve misses both (6.0 %, spread 83: issue 25, open), so the test holds that line."""
+    within 5 % of the mean bytes (worked out here from the plan's placement) or the plan's warnings say so
+    (never a quiet miss), with replica spread <= 1 where the racks allow it, every topic within
+    ceil(partitions / brokers) preferred leaders per broker and the leader counts within one of each other.
+
+    One of the twelve misses the bytes (20 brokers, 3 racks of 7, 7 and 6: 7.0 % from the mean, rack r2's six
+    brokers the heavy ones); before byte_level.swap_bytes it also missed the counts (spread 81), and before
+    byte_level.mend_room two others left leader spread 6 and 10. No proof here that 5 % is out of reach on it
+    (each rack's least bytes under the rack rules alone leave r2 4 % under the mean), so the test holds that
+    line at one."""
     rng = np.random.default_rng(25)
-    missed = 0
+    missed = []
     for i in range(36):
         shape = random_shape(rng, per_broker=(60, 160), max_brokers=20)
         if i % 3:
@@ -168,12 +174,14 @@ def test_bytes_rebalances_level_bytes_and_counts_or_say_they_did_not(tmp_path):
         mean = sum(load.values()) / len(load)
         off_bytes = max(abs(v - mean) for v in load.values()) > 0.05 * mean
         c1 = counts(final, spec.alive)
-        off_spread = max(c1.values()) - min(c1.values()) > max(1, doc["summary"]["reachable_replica_spread"])
-        warned = " ".join(doc["warnings"])
-        assert not off_bytes or "tolerance of a bytes rebalance" in warned, (shape, doc["warnings"])
-        assert not off_spread or "the rack rules allow" in warned, (shape, doc["warnings"])
-        missed += off_bytes or off_spread
-    assert missed <= 1
+        assert max(c1.values()) - min(c1.values()) <= max(1, doc["summary"]["reachable_replica_spread"]), shape
+        assert not off_bytes or "tolerance of a bytes rebalance" in " ".join(doc["warnings"]), (shape, doc["warnings"])
+        led = leader_counts(final, spec.alive)
+        assert max(led.values()) - min(led.values()) <= 1, (shape, led)
+        assert doc["after"]["leader_spread"] <= 1 and doc["summary"]["topics_over_ceil_partitions_per_broker"] == 0
+        if off_bytes:
+            missed.append(shape)
+    assert len(missed) <= 1, missed
 
 
 # --------------------------------------------------------------------------------------------- by hand

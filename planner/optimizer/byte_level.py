@@ -133,3 +133,218 @@ def _best_fit(pb: Problem, st: State, a: int, b: int, gap: float, limit: float, 
         return None
     k = int(hit[0])
     return int(c_r[k]), int(c_s[k]), int(c_z[k])
+
+
+def swap_bytes(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, budget_b: int,
+               tolerance: float = 0.05, max_steps: int = 100_000) -> int:
+    """Bring every broker within `tolerance` of the mean bytes without changing any broker's replica count:
+    pairs of moves, a larger replica from a heavy broker to a light one and a smaller one back. `level_bytes`
+    moves single replicas, so where the count levels and the byte levels pull apart (new, empty brokers
+    filled with many small replicas) the two alternate without meeting; a swap keeps the counts where the
+    count rounds left them. Per pair of brokers (the 8 heaviest x the 8 lightest) the swap whose difference
+    in size is closest to the smaller of the two gaps and below their difference (so the sum of squared
+    deviations falls and swaps cannot cycle); a planned leader moves only where its topic has room. Returns
+    the swaps made."""
+    B = pb.num_brokers
+    e_idx = np.flatnonzero(eligible)
+    if len(e_idx) < 2:
+        return 0
+    sizes = np.maximum(pb.sizes, 0)
+    load = bytes_per_broker(st.final, sizes, B)
+    mean = load[e_idx].mean()
+    tol = tolerance * mean
+    req = required_racks(pb, eligible)
+    bits = pb.rack_bits()
+    swaps = 0
+    blocked: set[tuple[int, int]] = set()
+    pools = _pools(pb, st)
+    for _ in range(max_steps):
+        dev = load[e_idx] - mean
+        over = np.argsort(-dev, kind="stable")
+        under = np.argsort(dev, kind="stable")
+        if dev[over[0]] <= tol and -dev[under[0]] <= tol:
+            break
+        done = False
+        for ai in over[:8].tolist():
+            for bi in under[:8].tolist():
+                a, b = int(e_idx[ai]), int(e_idx[bi])
+                if (a, b) in blocked or dev[ai] <= 0 or dev[bi] >= 0 or (dev[ai] <= tol and -dev[bi] <= tol):
+                    continue
+                pick = _best_swap(pb, st, a, b, min(dev[ai], -dev[bi]), 0.999 * (dev[ai] - dev[bi]), sizes, req,
+                                  bits, budget_m, budget_b, pools)
+                if pick is None:
+                    blocked.add((a, b))
+                    continue
+                (rx, sx), (ry, sy) = pick
+                d = int(sizes[rx]) - int(sizes[ry])
+                apply_move(pb, st, rx, sx, b)
+                apply_move(pb, st, ry, sy, a)
+                load[a] -= d
+                load[b] += d
+                blocked = {(x, y) for x, y in blocked if x not in (a, b) and y not in (a, b)}
+                swaps += 1
+                done = True
+                break
+            if done:
+                break
+        if not done:
+            break
+    return swaps
+
+
+def _pools(pb: Problem, st: State) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, slots, start): the replicas of partitions that may change, by broker (broker a's are
+    start[a]:start[a + 1]), for `_movers` (a replica that moves later is skipped where it is no more)."""
+    ri, si = np.nonzero((st.final >= 0) & ~pb.fixed[:, None])
+    owner = st.final[ri, si]
+    o = np.argsort(owner, kind="stable")
+    return ri[o], si[o], np.searchsorted(owner[o], np.arange(pb.num_brokers + 1))
+
+
+def _movers(pb: Problem, st: State, a: int, b: int, req: np.ndarray, bits: np.ndarray,
+            pools: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, slots) of the replicas on `a` that may move to `b`: b does not hold the partition, its racks
+    stay covered, the partition is not excluded or fixed, and a planned leader's topic has room on b (its
+    cap, not counting what the swap's other move frees). With `pools` (`_pools`), among those listed there."""
+    if pools is None:
+        ri, si = np.nonzero((st.final == a) & ~pb.fixed[:, None])
+    else:
+        ri, si = pools[0][pools[2][a]:pools[2][a + 1]], pools[1][pools[2][a]:pools[2][a + 1]]
+        here = st.final[ri, si] == a
+        ri, si = ri[here], si[here]
+    rows = st.final[ri]
+    ok = ~(rows == b).any(axis=1)
+    lead = np.flatnonzero(st.lead[ri] == a)
+    if len(lead):
+        t = pb.topic_of[ri[lead]].astype(np.int64)
+        used = np.array([st.lcount.get(k, 0) for k in (t * pb.num_brokers + b).tolist()], dtype=np.int64)
+        ok[lead[used >= st.cap[t]]] = False
+    if pb.rack_aware and len(ri):
+        others = rows.copy()
+        others[np.arange(len(ri)), si] = -1
+        ok &= popcount(rack_masks(others, bits) | bits[b]) >= req[ri]
+    return ri[ok], si[ok]
+
+
+def _best_swap(pb: Problem, st: State, a: int, b: int, gap: float, limit: float, sizes: np.ndarray,
+               req: np.ndarray, bits: np.ndarray, budget_m: int, budget_b: int,
+               pools: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+               ) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """((row, slot) on a, (row, slot) on b) whose size difference is closest to `gap`, in (0, limit], within
+    the move and byte budgets; None when there is none."""
+    xr, xs = _movers(pb, st, a, b, req, bits, pools)
+    yr, ys = _movers(pb, st, b, a, req, bits, pools)
+    if not len(xr) or not len(yr):
+        return None
+    zx, zy = sizes[xr], sizes[yr]
+    o = np.argsort(zy, kind="stable")
+    yr, ys, zy = yr[o], ys[o], zy[o]
+    j = np.searchsorted(zy, zx - gap)
+    best = None
+    for jj in (np.minimum(j, len(zy) - 1), np.maximum(j - 1, 0)):
+        d = zx - zy[jj]
+        ok = (d > 0) & (d <= limit)
+        new = is_new(pb, xr, xs, np.full(len(xr), b)).astype(np.int64) + is_new(pb, yr[jj], ys[jj],
+                                                                               np.full(len(xr), a))
+        moved = (~is_new(pb, xr, xs, np.full(len(xr), a))).astype(np.int64) + \
+            ~is_new(pb, yr[jj], ys[jj], np.full(len(xr), b))
+        grow = new - (2 - moved)    # replicas new to their partitions after the swap, less those before it
+        ok &= st.moves + np.maximum(grow, 0) <= budget_m
+        ok &= st.bytes + np.maximum(grow, 0) * np.maximum(zx, zy[jj]) <= budget_b
+        if ok.any():
+            k = int(np.flatnonzero(ok)[np.argmin(np.abs(d[ok] - gap))])
+            if best is None or abs(d[k] - gap) < best[0]:
+                best = (abs(d[k] - gap), (int(xr[k]), int(xs[k])), (int(yr[jj][k]), int(ys[jj][k])))
+    return None if best is None else (best[1], best[2])
+
+
+def mend_room(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, budget_b: int,
+              tolerance: float = 0.05, max_swaps: int = 10_000) -> int:
+    """Give every broker room to lead its share again after byte levelling, keeping counts and (within the
+    tolerance) bytes: a broker's leader room is the partitions it could lead within the topics' caps, the sum
+    over topics of min(its replicas of the topic, cap) (rebalance._leader_room); byte moves ignore it, so a
+    broker may end holding many replicas of few topics and the leader step cannot level the leader counts
+    (leader spread 6-10 on 2 of 12 generated bytes clusters). Per broker short of ceil(partitions / brokers):
+    swaps of followers with another broker, one of a topic it lacks in, one of a topic it holds more of than
+    the cap out, closest in size, both brokers' bytes staying within the tolerance (or no further out than
+    the furthest broker now). Returns the swaps made."""
+    B = pb.num_brokers
+    e_idx = np.flatnonzero(eligible)
+    E = len(e_idx)
+    if E < 2:
+        return 0
+    T = len(pb.topic_names)
+    sizes = np.maximum(pb.sizes, 0)
+    load = bytes_per_broker(st.final, sizes, B)
+    mean = load[e_idx].mean()
+    tol = max(tolerance * mean, float(np.abs(load[e_idx] - mean).max()))
+    cap = np.where(pb.excluded_topic, 0, st.cap).astype(np.int64)
+    valid = st.final >= 0
+    rtb = np.bincount((np.broadcast_to(pb.topic_of[:, None].astype(np.int64), st.final.shape)[valid] * B
+                       + st.final[valid]), minlength=T * B).reshape(T, B)
+    room = np.minimum(rtb, cap[:, None]).sum(axis=0)
+    n_lead = int((valid & eligible[np.maximum(st.final, 0)]).any(axis=1).sum())
+    goal = -(-n_lead // E)
+    goal += max(2, -(-goal // 50))     # and a margin, as the count rounds keep (rebalance._room_goal)
+    req = required_racks(pb, eligible)
+    bits = pb.rack_bits()
+    swaps = 0
+    if (room[e_idx] >= goal).all():
+        return 0
+    pools = _pools(pb, st)
+    for b in e_idx[np.argsort(room[e_idx], kind="stable")].tolist():
+        partners = [int(a) for a in e_idx[np.argsort(-room[e_idx], kind="stable")].tolist() if a != b]
+        for a in partners:
+            if room[b] >= goal or swaps >= max_swaps:
+                break
+            if room[a] <= goal:
+                continue
+            # the candidates once per pair (a swap changes neither side's other candidates: a partition on
+            # both brokers is no candidate), then swaps while b is short and a has room to spare
+            xr, xs = _movers(pb, st, a, b, req, bits, pools)
+            yr, ys = _movers(pb, st, b, a, req, bits, pools)
+            kx, ky = st.lead[xr] != a, st.lead[yr] != b
+            xr, xs, yr, ys = xr[kx], xs[kx], yr[ky], ys[ky]
+            o = np.argsort(sizes[yr], kind="stable")
+            yr, ys = yr[o], ys[o]
+            ux = np.zeros(len(xr), bool)
+            uy = np.zeros(len(yr), bool)
+            while room[b] < goal and room[a] > goal and swaps < max_swaps:
+                tx, ty = pb.topic_of[xr], pb.topic_of[yr]
+                cx = np.flatnonzero(~ux & (rtb[tx, b] < cap[tx]) & ((rtb[tx, a] > cap[tx]) | (room[a] - 1 >= goal)))
+                cy = np.flatnonzero(~uy & (rtb[ty, b] > cap[ty]))
+                if not len(cx) or not len(cy):
+                    break
+                zx, zy = sizes[xr[cx]], sizes[yr[cy]]
+                j = np.searchsorted(zy, zx)
+                best = None
+                for jj in (np.minimum(j, len(zy) - 1), np.maximum(j - 1, 0)):
+                    d = zx - zy[jj]                        # bytes a gives b
+                    ok = (np.abs(load[a] - d - mean) <= tol) & (np.abs(load[b] + d - mean) <= tol)
+                    if ok.any():
+                        k = int(np.flatnonzero(ok)[np.argmin(np.abs(d[ok]))])
+                        if best is None or abs(d[k]) < best[0]:
+                            best = (abs(d[k]), int(cx[k]), int(cy[jj[k]]))
+                if best is None:
+                    break
+                _, k, m = best
+                rx, sx, ry, sy = int(xr[k]), int(xs[k]), int(yr[m]), int(ys[m])
+                grow = int(is_new(pb, rx, sx, b)) + int(is_new(pb, ry, sy, a)) - \
+                    int(is_new(pb, rx, sx, a)) - int(is_new(pb, ry, sy, b))
+                if st.moves + max(0, grow) > budget_m or \
+                        st.bytes + max(0, grow) * int(max(sizes[rx], sizes[ry])) > budget_b:
+                    break
+                t1, t2 = int(pb.topic_of[rx]), int(pb.topic_of[ry])
+                apply_move(pb, st, rx, sx, b)
+                apply_move(pb, st, ry, sy, a)
+                ux[k] = uy[m] = True
+                d = int(sizes[rx]) - int(sizes[ry])
+                load[a] -= d
+                load[b] += d
+                for t, src, dst in ((t1, a, b), (t2, b, a)):
+                    room[src] -= int(rtb[t, src] <= cap[t])
+                    room[dst] += int(rtb[t, dst] < cap[t])
+                    rtb[t, src] -= 1
+                    rtb[t, dst] += 1
+                swaps += 1
+    return swaps

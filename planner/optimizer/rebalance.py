@@ -15,7 +15,12 @@ by network flows, in rounds:
       topic's leader cap; followers of one partition reach a broker through one (partition, broker) node.
       What R2 cannot place, the next round re-plans (after moving planned leaders off the stuck brokers).
 Bytes mode (every size known): count rounds, then best-fit byte levelling to within 5 % of the mean
-(byte_level.py), then count rounds with the smallest replicas and byte levelling again.
+(byte_level.py), then count rounds with the smallest replicas and byte levelling again; where the two still
+pull apart, the counts once more and bytes by swaps that keep every count (byte_level.swap_bytes); last,
+swaps that give each broker room to lead its share within the topics' caps (byte_level.mend_room).
+
+A count rebalance of a cluster whose per-partition flow is small enough (partition_flow.py) starts from the
+fewest new replicas that reach the band under the rack rules, which is also its bound (`_flow_first`).
 
 Before any of this, witness.py gives every partition a planned leader within its topic's cap
 (ceil(partitions / brokers)), moving the fewest replicas where no assignment exists, so that the final leader
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.optimizer.bounds import Bound, count_bound, lower_bound
-from planner.optimizer.byte_level import level_bytes
+from planner.optimizer.byte_level import level_bytes, mend_room, swap_bytes
 from planner.optimizer.chains import augment
 from planner.optimizer.checks import popcount, required_racks
 from planner.optimizer.exact import rebalance_exact
@@ -132,6 +137,14 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
             rounds += _count_rounds(pb, st, eligible, budget_m, budget_b, mode=mode)
             augment(pb, st, eligible, budget_m, budget_b)
             rounds += level_bytes(pb, st, eligible, budget_m, budget_b)
+        counts = broker_counts(st.final, B)[e_idx]
+        if counts.max() - counts.min() > max(1, rc.spread):
+            # the two levellings alternated without meeting (single byte moves undo the count levels): the
+            # counts once more, then bytes by swaps that keep every broker's count (byte_level.swap_bytes)
+            rounds += _count_rounds(pb, st, eligible, budget_m, budget_b, mode=mode)
+            augment(pb, st, eligible, budget_m, budget_b)
+            rounds += swap_bytes(pb, st, eligible, budget_m, budget_b)
+        rounds += mend_room(pb, st, eligible, budget_m, budget_b)
     unreached.extend(_short_of_goal(pb, st, e_idx, mode, rc, budget_m, budget_b))
     least = flow[1].bound.transport if flow is not None and flow[1].bound is not None else 0
     bound = lower_bound(pb, eligible, rc.low, rc.high, leader_cap0(pb, eligible), deficient, deficiency,
