@@ -20,7 +20,7 @@ java:
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[all,dev]"
 	touch $(STAMP)
 
 # the drain DAG end to end through Airflow (dag.test on SQLite) on the embedded sandbox

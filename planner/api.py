@@ -137,6 +137,11 @@ def snapshot(req: SnapshotRequest, *, progress: ProgressFn | None = None) -> Sna
     if req.workers is not None and req.workers < 1:
         raise BadInput(f"workers must be at least 1, got {req.workers}")
     zkmod.parse_connect(req.zk)
+    if req.sizes is None and req.sizes_from == "brokers":
+        from planner.extras import require
+
+        require("kafka", "reading sizes from the brokers (DescribeLogDirs)",
+                "take the snapshot with a sizes file, or with none")
     inputs = (Path(req.sizes),) if req.sizes is not None else ()
     check_output(Path(req.out), req.force, inputs)
     say = _reporter("snapshot", progress)
@@ -170,6 +175,10 @@ def risk(req: RiskRequest, *, progress: ProgressFn | None = None, spark: Any = N
     check_output(Path(req.out), req.force, inputs)
     say = _reporter("risk", progress)
     prepared = risk_lib.prepare(req)
+    if spark is None:
+        from planner.extras import require
+
+        require("spark", "the risk job (Spark)")
     with step_output(req.out, req.force, inputs) as tmp:
         if req.zk is None:
             summary = run_risk(replace(req, out=tmp), prepared, spark=spark, progress=say)

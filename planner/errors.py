@@ -44,6 +44,11 @@ class NoThrottle(BadInput):
     (`throttle`), or `no_throttle` to copy at full speed."""
 
 
+class NotInstalled(BadInput):
+    """The step needs an optional part this install lacks (an extra of pyproject.toml, planner.extras).
+    Nothing was written."""
+
+
 class ZkUnavailable(PlannerError):
     """ZooKeeper could not be reached, or the session was lost while reading: transient, try again.
 

@@ -34,7 +34,8 @@ def pyspark_jars_dir() -> Path:
         return Path(override)
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
-        raise ZkServerError("pyspark is not installed: its jars carry the ZooKeeper server (pip install pyspark)")
+        raise ZkServerError("pyspark is not installed: its jars carry the ZooKeeper server (the extra "
+                            "kafka-maintenance-planner[sandbox]; or point KPLAN_ZK_JARS at a ZooKeeper's jars)")
     jars = Path(list(spec.submodule_search_locations)[0]) / "jars"
     if not any(jars.glob("zookeeper-3.*.jar")):
         raise ZkServerError(f"no zookeeper-3.*.jar under {jars}")

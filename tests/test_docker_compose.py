@@ -35,8 +35,10 @@ def services(compose) -> dict:
 
 
 def _pins() -> dict[str, str]:
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    return dict(d.split("==", 1) for d in deps)
+    """Every pinned distribution, of the core and of the extras (an extra naming the project's own is no pin)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = project["dependencies"] + [d for ds in project["optional-dependencies"].values() for d in ds]
+    return dict(d.split("==", 1) for d in deps if "==" in d)
 
 
 def _conn(env: dict, conn_id: str) -> dict:
@@ -204,4 +206,6 @@ def test_the_install_carries_the_airflow_package_and_its_provider_entry_point():
     entry = conf["project"]["entry-points"]["apache_airflow_provider"]["provider_info"]
     module, func = entry.split(":")
     assert (ROOT / "plugins" / Path(*module.split("."))).with_suffix(".py").is_file() and func == "get_provider_info"
-    assert "plotly" in {d.split("==")[0] for d in conf["project"]["dependencies"]}, "the review UI serves its plotly.js"
+    extras = conf["project"]["optional-dependencies"]
+    assert "plotly" in {d.split("==")[0] for d in extras["plotly"]}, "the review UI serves its plotly.js"
+    assert "kafka-maintenance-planner[kafka,spark,plotly]" in extras["airflow"], "the image's Airflow has them all"
