@@ -41,7 +41,7 @@ from planner.sandbox.broker import Broker
 from planner.sandbox.controller import BrokerNotAvailable, Controller
 from planner.sandbox.replication import ConfigCache, Replication
 from planner.sandbox.settings import Timing
-from planner.sandbox.wire import DEFAULT_DISK, Endpoint, LogDirState
+from planner.sandbox.wire import DEFAULT_DISK, Endpoint, LogDirState, stop_servers
 from planner.sandbox.zkio import ControllerMoved
 
 log = logging.getLogger("planner.sandbox.daemon")
@@ -219,6 +219,8 @@ class Daemon:
         self.fatal: str | None = None
         self._last_tick = time.monotonic()
         self.server: socketserver.ThreadingTCPServer | None = None
+        self._requests = 0                          # control requests being answered (their handlers running)
+        self._answering = threading.Condition()
 
     # ---------------------------------------------------------------------------- controller's host
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -650,6 +652,16 @@ class Daemon:
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
+                with daemon._answering:
+                    daemon._requests += 1
+                try:
+                    self._handle()
+                finally:
+                    with daemon._answering:
+                        daemon._requests -= 1
+                        daemon._answering.notify_all()
+
+            def _handle(self) -> None:
                 line = self.rfile.readline(1 << 20)
                 try:
                     req = json.loads(line)
@@ -737,14 +749,14 @@ class Daemon:
             self.admin.close()
         except Exception:
             pass
-        for ep in self.endpoints.values():
-            try:
-                ep.close()
-            except Exception:
-                pass
         if self.server is not None:
-            time.sleep(0.2)  # let the last replies go out
-            self.server.shutdown()
+            with self._answering:   # the last replies (the shutdown's own) go out first
+                self._answering.wait_for(lambda: self._requests == 0, timeout=0.2)
+        try:
+            stop_servers([ep.server for ep in self.endpoints.values()]
+                         + ([self.server] if self.server is not None else []))
+        except Exception:
+            pass
         try:
             (self.dir / CONTROL_FILE).unlink()
         except FileNotFoundError:

@@ -20,7 +20,8 @@ import socket
 import socketserver
 import struct
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,8 +57,7 @@ class Endpoint:
         threading.Thread(target=self.server.serve_forever, name=f"wire-{broker}", daemon=True).start()
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        stop_servers([self.server])
 
     def serve(self, sock: socket.socket) -> None:
         while True:
@@ -221,3 +221,28 @@ def answer(frame: bytes, state: Any) -> bytes | None:
         wanted = {t.topic: set(t.partitions) for t in req.topics or ()}
         return _framed(describe_log_dirs_structs(version, state, wanted), correlation)
     return None                          # anything else: not a broker this emulator models
+
+
+def stop_servers(servers: Iterable[socketserver.BaseServer], timeout: float = 10.0) -> None:
+    """End these servers' serve_forever() loops, all together, and close their sockets.
+
+    socketserver's shutdown() returns once the loop has noticed the request, which it checks only between two
+    select() calls: up to its poll interval (0.5 s) later. One after the other, a daemon's six brokers and its
+    control server took ~2 s to stop. Here each shutdown is requested at once, and each loop is woken by a
+    connection to its own socket (its handler reads end-of-stream and returns), so they all end in
+    milliseconds; a loop that does not wake is still ended by the poll interval."""
+    servers = list(servers)
+    requests = [threading.Thread(target=s.shutdown, name="server-shutdown", daemon=True) for s in servers]
+    for t in requests:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for s, t in zip(servers, requests, strict=True):
+        while t.is_alive() and time.monotonic() < deadline:
+            try:
+                with socket.create_connection(s.server_address[:2], timeout=0.2):
+                    pass
+            except OSError:
+                pass
+            t.join(0.02)
+    for s in servers:
+        s.server_close()
