@@ -51,6 +51,7 @@ from planner.optimizer.state import (
     level_band,
     member_rows,
     movable,
+    new_here,
     rack_ok,
 )
 from planner.optimizer.witness import leader_cap0, leader_caps, repair, witness
@@ -737,9 +738,9 @@ def _realize(pb: Problem, st: State, eligible: np.ndarray, plan: tuple, budget_b
                 break
             row, slot = int(ri[k]), int(si[k])
             src = int(st.final[row, slot])
-            if (st.final[row] == b).any():
+            if b in st.final[row].tolist():
                 continue  # another replica of this partition reached b earlier in this arc
-            if not is_new(pb, row, slot, src) and st.bytes + int(sizes[row]) > budget_b:
+            if not new_here(pb, row, src) and st.bytes + int(sizes[row]) > budget_b:
                 continue  # a replica this plan has not moved yet costs its bytes
             if st.lead[row] == src:
                 t = int(pb.topic_of[row])

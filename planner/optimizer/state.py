@@ -60,11 +60,17 @@ def is_new(pb: Problem, r, s, broker) -> np.ndarray:
     return ~(pb.replicas[r] == np.asarray(broker)[..., None]).any(axis=-1)
 
 
+def new_here(pb: Problem, r: int, b: int) -> bool:
+    """`is_new` for one partition and one broker, without array overhead (it runs once per move and more)."""
+    return int(b) not in pb.replicas[r].tolist()
+
+
 def apply_move(pb: Problem, st: State, r: int, s: int, b: int) -> None:
     """Put broker b in slot (r, s). Moves and bytes count replicas the partition did not have before, so a
     replica moved twice counts once and one moved back counts zero."""
     x = int(st.final[r, s])
-    delta = int(is_new(pb, r, s, b)) - int(is_new(pb, r, s, x))
+    row = pb.replicas[r].tolist()
+    delta = int(int(b) not in row) - int(x not in row)
     st.final[r, s] = b
     st.moves += delta
     st.bytes += delta * max(0, int(pb.sizes[r]))
