@@ -81,3 +81,38 @@ def skewed_cluster(brokers: int = 100, racks: int = 4, partitions: int = 200_000
     t_min = np.where(topic_rf >= 3, 2, 1).astype(np.int32)
     return SynthCluster(b_ids, rack_names, topic_names, topic_of, part, reps, reps[:, 0].copy(), reps.copy(),
                         size, t_min, np.zeros(T, dtype=bool))
+
+
+def live_state(c: SynthCluster, seed: int = 7, lagging: int = 2, lag_fraction: float = 0.25,
+               shrunk_fraction: float = 0.01, restarted: int = 3, moved_fraction: float = 0.02,
+               unclean_fraction: float = 0.05, new_brokers: int = 8) -> SynthCluster:
+    """The cluster as a running one looks between maintenance windows, for the risk benchmark (issue 22):
+    - ISRs shrunk where replicas lag: `lagging` brokers (a slow disk, a busy neighbour) are out of the ISR of
+      `lag_fraction` of the partitions they follow, and `shrunk_fraction` of the other followers lag too;
+    - non-preferred leaders: the partitions that `restarted` brokers prefer are led by the next in-sync
+      replica in assignment order (where their controlled shutdowns moved them; no preferred election has run
+      since), and `moved_fraction` of the others by another in-sync replica;
+    - `unclean_fraction` of the topics allow unclean election.
+    Deterministic for a seed; the `new_brokers` (the last ones: `skewed_cluster`'s new, nearly empty brokers)
+    are neither slow nor restarted."""
+    rng = np.random.default_rng(seed)
+    reps = c.replicas
+    n, width = reps.shape
+    rf = (reps >= 0).sum(axis=1)
+    new = c.broker_ids[len(c.broker_ids) - new_brokers:] if len(c.broker_ids) > 2 * new_brokers else c.broker_ids[:0]
+    picks = rng.choice(np.setdiff1d(c.broker_ids, new), size=lagging + restarted, replace=False)
+    slow, back = picks[:lagging], picks[lagging:]
+    col = np.arange(width)[None, :]
+    follower = (col > 0) & (col < rf[:, None])
+    out = follower & ((np.isin(reps, slow) & (rng.random(reps.shape) < lag_fraction))
+                      | (rng.random(reps.shape) < shrunk_fraction))
+    isr = np.where(out, -1, reps)
+    isr = np.take_along_axis(isr, np.argsort(isr < 0, axis=1, kind="stable"), axis=1).astype(np.int32)
+    # the leader: the preferred replica, else (restarted, or a random few) the next in-sync one
+    leader = reps[:, 0].copy()
+    second = isr[:, 1] if width > 1 else np.full(n, -1, np.int32)
+    move = (np.isin(reps[:, 0], back) | (rng.random(n) < moved_fraction)) & (second >= 0)
+    leader[move] = second[move]
+    unclean = rng.random(len(c.topic_names)) < unclean_fraction
+    return SynthCluster(c.broker_ids, c.racks, c.topic_names, c.topic_of, c.partition, reps, leader, isr,
+                        c.size_bytes, c.topic_min_isr, unclean, c.alive, c.capacity_bytes, c.disk_used_bytes)

@@ -57,11 +57,14 @@ def synth_cluster(
     moved_leader_fraction: float = 0.0,
     sizes: bool = True,
     min_isr: int = 2,
+    rack_aware: bool = False,
 ) -> SynthCluster:
     """A random cluster. `rf` may be a list to mix replication factors across topics.
 
     Replica lists are distinct brokers drawn by random strides, so every partition is valid; the last
-    `empty_brokers` brokers hold nothing (new brokers for a rebalance).
+    `empty_brokers` brokers hold nothing (new brokers for a rebalance). `rack_aware`: the replicas of a
+    partition go to successive racks from a random first one (distinct racks while RF <= racks), a random
+    broker within each rack, as Kafka's rack-aware assignment spreads them.
     """
     rng = np.random.default_rng(seed)
     b_ids = np.arange(1, brokers + 1, dtype=np.int32)
@@ -84,6 +87,8 @@ def synth_cluster(
     steps = rng.integers(1, max_step + 1, (partitions, max(0, width - 1)))
     offs = np.concatenate([np.zeros((partitions, 1), dtype=np.int64), np.cumsum(steps, axis=1)], axis=1)
     idx = (first[:, None] + offs) % usable
+    if rack_aware and racks:
+        idx = _rack_aware_indexes(rng, usable, racks, partitions, width)
     reps = b_ids[idx].astype(np.int32)
     reps[np.arange(width)[None, :] >= p_rf[:, None]] = -1
 
@@ -100,6 +105,27 @@ def synth_cluster(
     t_min = np.where(topic_rf >= 3, min_isr, 1).astype(np.int32)
     return SynthCluster(b_ids, rack_names, topic_names, topic_of, part, reps, leader, isr, size, t_min,
                         np.zeros(n_topics, dtype=bool))
+
+
+def _rack_aware_indexes(rng: np.random.Generator, usable: int, racks: int, partitions: int,
+                        width: int) -> np.ndarray:
+    """Broker indexes (broker i is on rack i % racks) for `width` replicas per partition: replica j on rack
+    (r0 + j) % racks from a random r0; within a rack a random start, the next member each time the rack comes
+    round again (RF > racks), so a partition never holds a broker twice."""
+    rack_of = np.arange(usable) % racks
+    members = [np.flatnonzero(rack_of == r) for r in range(racks)]
+    if min(len(m) for m in members) * racks < width:
+        raise ValueError(f"rf {width} needs more brokers per rack")
+    r0 = rng.integers(0, racks, partitions)
+    start = np.stack([rng.integers(0, len(m), partitions) for m in members], axis=1)
+    idx = np.empty((partitions, width), dtype=np.int64)
+    for j in range(width):
+        rack = (r0 + j) % racks
+        turn = j // racks
+        for r, m in enumerate(members):
+            hit = rack == r
+            idx[hit, j] = m[(start[hit, r] + turn) % len(m)]
+    return idx
 
 
 def _nullable(values: np.ndarray | None, n: int) -> pa.Array:
