@@ -310,11 +310,15 @@ def load_partitions(spark: Any, prepared: risk_lib.Prepared) -> Any:
 Stage = Callable[[Callable[[str], Any]], dict[str, Any]]
 
 
-def minus(arr: Any, gone: Any) -> Any:
-    """arr without the brokers in `gone`, order kept (array_remove when one broker goes: no hash set)."""
+def minus(arr: Any, gone: Any, only: Any = None) -> Any:
+    """arr without the brokers in `gone`, order kept: array_remove when one broker goes, or when `only` (a
+    column) names the one broker of `gone` that can be in arr (a `solo` row), else array_except (a hash set)."""
     from pyspark.sql import functions as F
 
-    return F.when(F.size(gone) == 1, F.array_remove(arr, F.get(gone, 0))).otherwise(F.array_except(arr, gone))
+    one = F.when(F.size(gone) == 1, F.array_remove(arr, F.get(gone, 0)))
+    if only is not None:
+        one = one.when(only.isNotNull(), F.array_remove(arr, only))
+    return one.otherwise(F.array_except(arr, gone))
 
 
 def _stage_requests(g: Callable[[str], Any]) -> dict[str, Any]:
@@ -331,8 +335,11 @@ def _stage_requests(g: Callable[[str], Any]) -> dict[str, Any]:
     acting = g("has_state") & (g("rf") > 1)
     start = F.struct(g("leader").alias("leader"), g("isr").alias("isr"), F.array().cast("array<int>").alias("asked"),
                      F.lit(0).alias("moves"), F.lit(-1).alias("blocked"))
-    # in the order of s; a dead broker sends no request
-    mine = F.array_except(F.array_intersect(g("s"), g("replicas")), g("dead"))
+    # in the order of s; a dead broker sends no request. `solo` rows (nearly all) hold one broker of s: the
+    # joined `broker`
+    no_one = F.array().cast("array<int>")
+    mine = F.when(g("solo"), F.when(F.array_contains(g("dead"), g("broker")), no_one).otherwise(F.array(g("broker")))
+                  ).otherwise(F.array_except(F.array_intersect(g("s"), g("replicas")), g("dead")))
 
     # one request, from k
     k = F.get(mine, 0)
@@ -369,21 +376,27 @@ def _stage_who(g: Callable[[str], Any]) -> dict[str, Any]:
     leader, isr = g("_req")["leader"], g("_req")["isr"]
     led_gone = F.array_contains(g("s"), leader)
     elect = g("has_state") & (led_gone | (leader < 0))  # hard failure re-elects these (offline rule)
-    evm = F.array_intersect(g("ev"), isr)   # the ISR's members dying in the event, in the order Kafka visits them
+    # the ISR's members dying in the event, in the order Kafka visits them (a `solo` row: at most `broker`)
+    no_one = F.array().cast("array<int>")
+    mine = F.array_contains(g("ev"), g("broker")) & F.array_contains(isr, g("broker"))
+    evm = F.when(g("solo"), F.when(mine, F.array(g("broker"))).otherwise(no_one)).otherwise(F.array_intersect(g("ev"), isr))
+    kept = F.when(F.size(evm) == 0, isr).when(g("solo"), F.array_remove(isr, g("broker"))).otherwise(F.array_except(isr, evm))
     return {"_cleader": leader, "_cisr": isr, "_elect": elect, "_needs": elect | ~g("has_state"), "_evm": evm,
-            "_kept": F.when(F.size(evm) == 0, isr).otherwise(F.array_except(isr, evm))}
+            "_kept": kept}
 
 
 def _stage_candidates(g: Callable[[str], Any]) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    live_isr = minus(g("_cisr"), g("down"))                  # ISR restricted to live brokers, order kept
+    # down = s and the dead brokers: in a `solo` row without dead brokers only `broker` can be in these lists
+    only = F.when(g("solo") & (F.size(g("dead")) == 0), g("broker"))
+    live_isr = minus(g("_cisr"), g("down"), only)           # ISR restricted to live brokers, order kept
     cand = F.struct(
         live_isr.alias("live_isr"),
         # offline (clean) election: first replica in assignment order that is live and in the ISR
         F.get(F.array_intersect(g("replicas"), live_isr), 0).alias("clean"),
         # offline (unclean) election / new partition: the first live replica (and all live replicas)
-        minus(g("replicas"), g("down")).alias("live_reps"))
+        minus(g("replicas"), g("down"), only).alias("live_reps"))
     return {"_cand": F.when(g("_needs"), cand)}
 
 
@@ -601,15 +614,30 @@ def scenario_frames(spark: Any, scenarios: list[rm.Scenario], dead: list[int],
     return one_df, roll_df
 
 
-def _affected(parts: Any, table: Any) -> Any:
+def _affected(parts: Any, table: Any, width: int) -> Any:
     """Partitions with a replica on the scenario's brokers, once each: explode the replicas, broadcast-join
-    the scenario brokers, keep the row of the first replica (assignment order) that is in the scenario."""
+    the scenario brokers, keep the row of the first replica (assignment order) that is in the scenario.
+    `solo`: `broker` is the only one of the partition's brokers (replicas and ISR) that the scenario takes
+    away, as for every partition of a single broker's scenario and, with replicas placed on distinct racks,
+    of a rack's; the election stages then remove that one broker instead of intersecting arrays. `width`:
+    the longest replica or ISR list. Written as scans of `s` per list position, so no row builds a hash set."""
+    from functools import reduce
+
     from pyspark.sql import functions as F
 
-    x = parts.select("*", F.explode("replicas").alias("broker"))
+    x = parts.select("*", F.posexplode("replicas").alias("_pos", "broker"))
     j = x.join(F.broadcast(table), ["state", "broker"])
-    first = F.when(F.size("s") == 1, F.lit(True)).otherwise(F.col("broker") == F.get(F.array_intersect("replicas", "s"), 0))
-    return j.where(first).drop("broker")
+
+    def taken(v: Any) -> Any:
+        return F.coalesce(F.array_contains("s", v), F.lit(False))
+
+    def all_of(conds: list[Any]) -> Any:
+        return reduce(lambda a, b: a & b, conds, F.lit(True))
+
+    first = all_of([(F.col("_pos") <= i) | ~taken(F.get("replicas", i)) for i in range(width - 1)])
+    others = [F.get(arr, i) for arr in ("replicas", "isr") for i in range(width)]
+    solo = all_of([F.coalesce(v == F.col("broker"), F.lit(True)) | ~taken(v) for v in others])
+    return j.where(first).withColumn("solo", solo).drop("_pos")
 
 
 _STEP_OUT = ["leader_changes", "shutdown_blocked_by", "clean_return", "order_dependent", "isr_alternatives"]
@@ -638,10 +666,10 @@ def demote(j: Any) -> Any:
                           "demoted_from": F.when(moved, F.col("leader")).cast("int")})
 
 
-def one_shot_rows(parts: Any, one_df: Any) -> Any:
+def one_shot_rows(parts: Any, one_df: Any, width: int) -> Any:
     from pyspark.sql import functions as F
 
-    j = demote(_affected(parts, one_df))
+    j = demote(_affected(parts, one_df, width))
     # one row per mode: a controlled shutdown changes the state the election stages start from
     j = j.select("*", F.explode("modes").alias("_m")).withColumns(
         {"scenario_id": F.col("_m.sid"), "controlled": F.col("_m.mode") == "controlled",
@@ -674,12 +702,12 @@ def _rolling_fold() -> Any:
     def merge(acc: Any, st: Any) -> Any:
         env = {**const, "isr": acc["isr"], "leader": acc["leader"], "has_state": acc["has_state"],
                "s": st["s"], "down": st["down"], "dead": F.col("dead"), "ev": st["ev"],
-               "controlled": F.col("controlled")}
+               "controlled": F.col("controlled"), "solo": F.lit(False), "broker": F.lit(None).cast("int")}
 
         def after_step(e: dict[str, Any]) -> Any:
             back = {**const, "isr": e["new_isr"], "leader": e["new_leader"], "has_state": e["new_has_state"],
                     "s": no_one, "down": F.col("dead"), "dead": F.col("dead"), "ev": no_one,
-                    "controlled": F.lit(False)}
+                    "controlled": F.lit(False), "solo": F.lit(False), "broker": F.lit(None).cast("int")}
 
             def after_return(r: dict[str, Any]) -> Any:
                 # planner.replay.return_brokers: elect offline/new partitions, then the returning ISR
@@ -710,11 +738,11 @@ def _rolling_fold() -> Any:
     return _FOLD_CACHE[key]
 
 
-def rolling_rows(parts: Any, roll_df: Any, dead: list[int]) -> Any:
+def rolling_rows(parts: Any, roll_df: Any, dead: list[int], width: int) -> Any:
     """Fold each partition's state through the sequence's steps; emit a row for every step that touches it."""
     from pyspark.sql import functions as F
 
-    j = _affected(parts, roll_df).withColumns({"controlled": F.col("mode") == "controlled", "dead": _ints(dead)})
+    j = _affected(parts, roll_df, width).withColumns({"controlled": F.col("mode") == "controlled", "dead": _ints(dead)})
     folded = j.select("topic", "partition", "replicas", "rf", "min_isr", "unclean", "controlled",
                       F.explode(_rolling_fold()).alias("o"))
     return folded.select(F.col("o.sid").alias("scenario_id"), "topic", "partition", "replicas", "rf", "min_isr",
@@ -735,14 +763,25 @@ def with_outcomes(rows: Any, kafka_version: str) -> Any:
     return facts.select(*rm.ROW_COLUMNS)
 
 
+def list_width(prepared: risk_lib.Prepared) -> int:
+    """The longest replica or ISR list of either state (the plan's targets are both)."""
+    import pyarrow.compute as pc
+
+    t = prepared.info.partition_columns(["replicas", "isr"])
+    lengths = [int(pc.max(pc.list_value_length(t.column(c))).as_py() or 0) for c in ("replicas", "isr")]
+    lengths += [len(e.replicas) for e in prepared.plan_entries or ()]
+    return max([1, *lengths])
+
+
 def evaluate(spark: Any, prepared: risk_lib.Prepared, parts: Any | None = None) -> Any:
     """Every (scenario, affected partition) row with its outcome columns (risk_model.ROW_COLUMNS)."""
     parts = parts if parts is not None else load_partitions(spark, prepared)
     dead = sorted(b for b, ok in prepared.info.alive.items() if not ok)
     one_df, roll_df = scenario_frames(spark, prepared.scenarios, dead, hosting(prepared))
-    rows = one_shot_rows(parts, one_df)
+    width = list_width(prepared)
+    rows = one_shot_rows(parts, one_df, width)
     if any(s.kind == "rolling" for s in prepared.scenarios):
-        rows = rows.unionByName(rolling_rows(parts, roll_df, dead))
+        rows = rows.unionByName(rolling_rows(parts, roll_df, dead, width))
     return with_outcomes(rows, prepared.kafka_version)
 
 
@@ -783,9 +822,10 @@ def aggregates(spark: Any, prepared: risk_lib.Prepared, rows: Any, parts: Any) -
                .join(F.broadcast(later_df), F.col("scenario_id") == F.col("sid_j")))
     # The state as it is: a leader that is not registered leads nothing, and ISR members that are not
     # registered are not in sync (replay.baseline counts the same way).
-    dead = _ints(sorted(b for b, ok in prepared.info.alive.items() if not ok))
+    dead_ids = sorted(b for b, ok in prepared.info.alive.items() if not ok)
+    dead = _ints(dead_ids)
     facts = {"new_leader": F.when(F.array_contains(dead, F.col("leader")), F.lit(-1)).otherwise(F.col("leader")),
-             "new_isr_size": F.size(F.array_except("isr", dead)), "unclean_allowed": F.col("unclean"),
+             "new_isr_size": F.size(F.array_except("isr", dead)) if dead_ids else F.size("isr"), "unclean_allowed": F.col("unclean"),
              "unclean_taken": F.lit(False), "live_replica_exists": F.lit(True)}
     base = parts.withColumns(facts).withColumn("eff_min_isr", rm.to_spark(rm.effective_min_isr(prepared.kafka_version)))
     base = base.select((-1 - F.when(F.col("state") == "plan", 1).otherwise(0)).alias("sid"), F.col("leader").alias("b"),
@@ -798,9 +838,12 @@ def aggregates(spark: Any, prepared: risk_lib.Prepared, rows: Any, parts: Any) -
                        F.lit(0).cast("long").alias("d"), *zeros))
     # restart steps: the demotion moved leadership before the broker stopped (demoted_from -> leader)
     demoted = rows.where(F.col("demoted_from").isNotNull())
-    union = (counts.unionByName(moves(rows, "scenario_id", "new_leader"))
-             .unionByName(moves(demoted, "scenario_id", "leader", "demoted_from"))
-             .unionByName(moves(carried, "sid_k", "returned_leader")).unionByName(base).unionByName(blocked))
+    union = counts.unionByName(moves(rows, "scenario_id", "new_leader")).unionByName(base).unionByName(blocked)
+    # each branch scans partitions.parquet: only those that can hold rows
+    if any(s.kind == "restart" for s in prepared.scenarios):
+        union = union.unionByName(moves(demoted, "scenario_id", "leader", "demoted_from"))
+    if later:
+        union = union.unionByName(moves(carried, "sid_k", "returned_leader"))
     return union.groupBy("sid", "b").agg(F.sum("d").alias("d"), *[F.sum(k).alias(k) for k in flags]).toArrow()
 
 
