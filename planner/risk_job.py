@@ -13,6 +13,9 @@ Shape of the job (no cross product of partitions and scenarios, no Python UDF):
   partitions --explode(replicas)--> (partition, broker) --broadcast join--> scenario brokers
   --keep the first replica that is in the scenario--> one row per (scenario, affected partition)
   --SQL array functions (array_except / array_intersect / get ...)--> new leader, new ISR, outcomes.
+Nearly every row is `solo` (the scenario takes one of the partition's brokers: every row of a single broker,
+and of a rack where replicas are placed on distinct racks): it removes that broker with array_remove, as
+each of Spark's set functions builds a hash set per row (the dominant task cost before, issue 22).
 Rolling sequences fold their steps per partition with the `aggregate` higher-order function. The outcome
 definitions, levels and score come from planner.risk_model (the same expressions the numpy reference
 replay evaluates); the election rules are planner.replay's, written as column expressions (the differential
