@@ -17,7 +17,7 @@ from planner.sandbox import Sandbox
 from planner.sandbox.kafka_engine import create_topic
 
 # Short enough that a kill costs seconds, long enough for a 2-core machine under load. ZooKeeper's
-# minSessionTimeout is 1 s (planner/zkserver.py), tickTime 2 s: expiry is noticed within one more tick.
+# minSessionTimeout is 1 s (planner/zkserver.py), tickTime 0.5 s: expiry is noticed within one more tick.
 REAL = dict(session_timeout=6, shutdown_retries=2, shutdown_retry_interval=0.5, auto_rebalance=False)
 
 
