@@ -57,4 +57,4 @@ def test_every_step_is_shown_without_and_with_the_plan(tmp_path):
     assert "- copy of the temporary replicas: " in body and "(throttle given)" in body
     # brokers in maintenance, as every approval says them (none here; before the plan recorded them, the body
     # said "not recorded")
-    assert "- 🛠 brokers in maintenance: none (when the snapshot was taken)" in body
+    assert "- brokers in maintenance: none (when the snapshot was taken)" in body

@@ -273,3 +273,109 @@ def test_a_pending_plan_warns_once_its_snapshot_is_older_than_the_configured_age
     html = c.get(url).text
     assert 'id="stale-snapshot"' in html and "[kplan] snapshot_max_age" in html
     assert plan.snapshot["taken_at"]  # the age is measured from it
+
+
+def test_a_trigger_naming_brokers_the_cluster_lacks_is_refused_with_the_reason(plugin):
+    """Issue 20 item 3: the trigger form's JSON conf and the REST API take anything; the API server refuses
+    a drain naming brokers that are not ids of the cluster (as the latest snapshot saw it) with one readable
+    line, the `detail` the trigger dialog shows, and creates no run. The browser test walks the dialog."""
+    from kplan_airflow import form
+
+    c = plugin["api"]
+    af.sync_dags()
+    form.write_known_brokers([{"broker": b["id"], "rack": b.get("rack")} for b in CLUSTER["brokers"]],
+                             "2026-11-26T01:00:00Z", "zookeeper_default")
+    url = f"/api/v2/dags/{DAG}/dagRuns"
+
+    def trigger(conf, headers=c.headers):
+        return c.client.post(url, headers=headers, json={"logical_date": None, "conf": conf})
+
+    have = "the latest snapshot (2026-11-26T01:00:00Z) has brokers 1, 2, 3, 4, 5, 6"
+    cases = {
+        "99": ["99"], "99b": [2, 99],
+        "-1": [-1], "-1s": ["-1"], "1,2": ["1,2"], "twice": ["3", 3], "none": [], "word": ["one"],
+        "scalar": "1",
+    }
+    want = {
+        "99": f"Brokers to drain: broker 99 is not in the cluster: {have}. Nothing was triggered.",
+        "99b": f"Brokers to drain: broker 99 is not in the cluster: {have}. Nothing was triggered.",
+        "-1": "Brokers to drain: -1 is not a broker id: broker ids are 0 or more. Nothing was triggered.",
+        "-1s": "Brokers to drain: -1 is not a broker id: broker ids are 0 or more. Nothing was triggered.",
+        "1,2": 'Brokers to drain: "1,2" names several brokers in one entry: choose each broker on its own '
+               '(in JSON: ["1", "2"] or [1, 2]). Nothing was triggered.',
+        "twice": "Brokers to drain: broker 3 is named twice. Nothing was triggered.",
+        "none": "Brokers to drain: choose at least one broker. Nothing was triggered.",
+        "word": 'Brokers to drain: "one" is not a broker id: a broker id is a whole number such as 3. '
+                "Nothing was triggered.",
+        "scalar": "Brokers to drain: choose the brokers from the list (in JSON: a list of broker ids, e.g. [1, 2]). "
+                  "Nothing was triggered.",
+    }
+    for name, brokers in cases.items():
+        r = trigger({"brokers": brokers})
+        assert (r.status_code, r.json()["detail"]) == (400, want[name]), (name, r.text)
+    # the caller must be logged in first: Airflow answers an anonymous or forged caller, and says no broker id
+    for headers in ({}, {"Authorization": "Bearer forged"}):
+        r = trigger({"brokers": [99]}, headers)
+        assert r.status_code in (401, 403) and "broker" not in r.text, r.text
+    assert c.get(url).json()["total_entries"] == 0, "a refused trigger created a run"
+    # the brokers of the snapshot pass (as strings from the picker, or integers): the run is created
+    r = trigger({"brokers": ["2", 5]})
+    assert r.status_code == 200, r.text
+    runs_now = c.get(url).json()
+    assert runs_now["total_entries"] == 1 and runs_now["dag_runs"][0]["conf"]["brokers"] == ["2", 5]
+    c.client.delete(f"{url}/{runs_now['dag_runs'][0]['dag_run_id']}", headers=c.headers).raise_for_status()
+
+
+def test_the_plugin_route_names_the_plugin_once_and_the_old_one_redirects(plugin):
+    """Issue 20 item 8: Airflow 3.3 shows an external view at /plugin/<url_route> followed by its iframe's path;
+    the route was the app's own name, so the UI showed /plugin/kafka-plans/kafka-plans/. Now /plugin/kplan/
+    kafka-plans/..., and a bookmark of the old route lands on the same page."""
+    import kafka_plans
+
+    c = plugin["api"]
+    views = c.get("/api/v2/plugins").json()["plugins"]
+    view = next(v for p in views if p["name"] == "kafka_plans" for v in p["external_views"])
+    assert (view["url_route"], view["href"]) == ("kplan", "/kafka-plans/")
+    assert runs.PLUGIN_PAGES == f"/plugin/{kafka_plans.URL_ROUTE}{kafka_plans.URL_PREFIX}" == "/plugin/kplan/kafka-plans"
+    old = f"/plugin/kafka-plans/kafka-plans/runs/{DAG}/{runs.run_key(RUN)}?q=broker%3A3"
+    r = c.client.get(old, follow_redirects=False)
+    assert r.status_code == 308 and r.headers["location"] == \
+        f"/plugin/kplan/kafka-plans/runs/{DAG}/{runs.run_key(RUN)}?q=broker%3A3"
+    # the new route is Airflow's UI (its page, which frames the plan page)
+    assert c.client.get(r.headers["location"]).status_code == 200
+
+
+def test_the_answered_approval_names_the_decision_and_who_made_it(plugin):
+    """Issue 20 item 2: the plan page, the plan list and the run's note say "approved by X" (or that no
+    review was needed), not only that a response was received."""
+    import shutil
+
+    from kplan_airflow import listener
+
+    c, folder, plan = plugin["api"], plugin["folder"], plugin["plan"]
+    done = runs.run_folder(DAG, "manual__approved")
+    shutil.copytree(folder.plan, done.plan)
+    runs.update_review(done, dag_id=DAG, run_id="manual__approved", plan_id=plan.id, status="done",
+                       approved_by="ann")
+    auto = runs.run_folder(NIGHTLY, "scheduled__auto")
+    shutil.copytree(folder.plan, auto.plan)
+    runs.update_review(auto, dag_id=NIGHTLY, run_id="scheduled__auto", plan_id=plan.id, status="done",
+                       approved_by="auto")
+    try:
+        page = c.get(f"/kafka-plans/runs/{DAG}/manual__approved").text
+        assert '<p id="decision" class="ok">Approval: approved by ann</p>' in page
+        row = next(r for r in c.get("/kafka-plans/api/plans").json()["plans"] if r["run_key"] == "manual__approved")
+        assert row["outcome"]["decision"] == "approved by ann" and not row["outcome"]["bad"]
+        assert "approved by ann" in c.get("/kafka-plans/").text
+        assert "Approval: auto-approved: no review needed (within the auto-approve limits)" in \
+            c.get(f"/kafka-plans/runs/{NIGHTLY}/scheduled__auto").text
+        # nobody answered yet: nothing claimed
+        assert 'id="decision"' not in c.get(f"/kafka-plans/runs/{DAG}/{runs.run_key(RUN)}").text
+        assert listener.success_note(runs.read_json(done.root / runs.REVIEW)) == \
+            f"Approved by ann: plan {plan.id[7:19]} applied and verified"
+        assert listener.success_note(runs.read_json(auto.root / runs.REVIEW)) == \
+            f"Auto-approved (no review needed): plan {plan.id[7:19]} applied and verified"
+        assert listener.success_note({"status": "skipped"}) is None
+    finally:
+        shutil.rmtree(done.root)
+        shutil.rmtree(auto.root)

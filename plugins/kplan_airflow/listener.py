@@ -1,6 +1,7 @@
-"""The run's outcome on the DAG run itself: when a kplan run fails, its note says which task failed and the
-planner's one-line message (or who rejected the plan), read from the run's review record, so the runs list
-and the run page show why without opening a task log.
+"""The run's outcome on the DAG run itself, read from the run's review record, so the runs list and the run
+page say it without opening a task log: when a kplan run fails, its note says which task failed and the
+planner's one-line message (or who rejected the plan); when it succeeds, who approved the plan (or that no
+review was needed) and that it was applied and verified.
 
 An Airflow listener (registered by plugins/kafka_plans.py). The scheduler calls `on_dag_run_failed` with the
 run's row in its session: the note is written in the same transaction as the run's state (a second session
@@ -35,13 +36,32 @@ def failure_note(review: dict[str, Any]) -> str | None:
     return text if len(text) <= NOTE_MAX else text[:NOTE_MAX - 1] + "…"
 
 
+def success_note(review: dict[str, Any]) -> str | None:
+    """The note for a successful run whose plan was approved (by a person or by the deployment's rules)."""
+    who = review.get("approved_by")
+    if not who or review.get("status") != "done":
+        return None
+    plan = str(review.get("plan_id") or "")[7:19]
+    head = "Auto-approved (no review needed)" if who == "auto" else f"Approved by {who}"
+    return f"{head}: plan {plan} applied and verified"
+
+
 @hookimpl
 def on_dag_run_failed(dag_run: Any, msg: str) -> None:
+    _note(dag_run, failure_note)
+
+
+@hookimpl
+def on_dag_run_success(dag_run: Any, msg: str) -> None:
+    _note(dag_run, success_note)
+
+
+def _note(dag_run: Any, build: Any) -> None:
     try:
         from kplan_airflow import runs
 
         review = runs.read_json(runs.run_folder(dag_run.dag_id, dag_run.run_id).root / runs.REVIEW) or {}
-        note = failure_note(review)
+        note = build(review)
         if not note:
             return
         from sqlalchemy.orm import object_session
@@ -59,4 +79,4 @@ def on_dag_run_failed(dag_run: Any, msg: str) -> None:
             if row is not None and not row.note:
                 row.note = note
     except Exception:  # noqa: BLE001 (a listener must never break the scheduler)
-        log.warning("kplan: could not write the failed run's note", exc_info=True)
+        log.warning("kplan: could not write the run's note", exc_info=True)

@@ -471,11 +471,11 @@ def _level_rank(level: str | None) -> int:
 
 
 def plan_url(dag_id: str, run_id: str) -> str | None:
-    """The plan page (served by the review plugin on the API server)."""
+    """The plan page (served by the review plugin on the API server), inside Airflow's UI (Browse -> Kafka plans)."""
     from airflow.sdk import conf
 
     base = (conf.get("api", "base_url", fallback=None) or "").rstrip("/")
-    return f"{base}/kafka-plans/runs/{runs.run_key(dag_id)}/{runs.run_key(run_id)}" if base else None
+    return f"{base}{runs.PLUGIN_PAGES}/runs/{runs.run_key(dag_id)}/{runs.run_key(run_id)}" if base else None
 
 
 @shows_failures
@@ -591,6 +591,7 @@ def _truthy(value: Any) -> bool:
 class PlanApprovalOperator(ApprovalOperator):
     """Airflow's ApprovalOperator (Approve / Reject), skipped when the publish step says no review is needed.
 
+    While it waits, its notifiers tell a person (kplan_airflow.notify.PlanWaitingNotifier by default).
     Reject, or no answer within `response_timeout` (the default answer is Reject), FAILS this task, so the run
     reads as rejected in the runs list (not a green success), with the decision and who made it as the
     task's failure and the run's note; apply and everything after it never run. Review is skipped only when
@@ -600,8 +601,13 @@ class PlanApprovalOperator(ApprovalOperator):
     template_fields: Sequence[str] = (*ApprovalOperator.template_fields, "require_approval")
 
     def __init__(self, *, require_approval: Any = True, **kwargs: Any) -> None:
+        from kplan_airflow.notify import PlanWaitingNotifier
+
         kwargs.setdefault("defaults", "Reject")
         kwargs.setdefault("fail_on_reject", True)
+        # a person learns that the plan waits (task log, [kplan] approval_notify_file / _callback); a DAG adds
+        # Slack or e-mail by passing notifiers=[PlanWaitingNotifier(), <a provider's notifier>]
+        kwargs.setdefault("notifiers", [PlanWaitingNotifier()])
         super().__init__(**kwargs)
         self.require_approval = require_approval
 

@@ -96,7 +96,7 @@ def approval_body(plan: Any, risk: Mapping[str, Any] | None, url: str | None, re
         f"**{f['cannot_move']}** cannot move",
     ]
     lines += [x.replace("- apply:", "- copy of the temporary replicas:", 1) for x in schedule_lines(schedule)]
-    lines += [f"- 🛠 {x}" for x in maintenance_lines({"maintenance": maintenance_figures(plan)})]
+    lines += [f"- {x}" for x in maintenance_lines({"maintenance": maintenance_figures(plan)})]
     for w in f["warnings"]:
         lines.append(f"- ⚠ {w}")
     if reason:

@@ -18,6 +18,9 @@ from typing import Any
 from planner.api import RunFolder
 
 REVIEW = "review.json"
+# the review app's pages inside Airflow's UI: the external view's route, then the app's own path
+# (plugins/kafka_plans.py: URL_ROUTE "kplan", URL_PREFIX "/kafka-plans")
+PLUGIN_PAGES = "/plugin/kplan/kafka-plans"
 DEFAULT_POOL = "kplan_apply"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -27,6 +30,11 @@ def _conf(key: str) -> str | None:
 
     value = conf.get("kplan", key, fallback=None)
     return value or None
+
+
+def conf_value(key: str) -> str | None:
+    """`[kplan] <key>` (AIRFLOW__KPLAN__<KEY>), or None when unset or empty."""
+    return _conf(key)
 
 
 def airflow_home() -> Path:

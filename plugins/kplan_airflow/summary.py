@@ -208,7 +208,7 @@ def approval_body(plan: Any, pairs: list[dict[str, Any]], url: str | None, reaso
     if intent and not intent.get("holds"):
         lines.append(f"- ⚠ **After this plan, on the cluster as read again: {intent.get('text')}**")
     for line in maintenance_lines(f):
-        lines.append(f"- 🛠 {line}")
+        lines.append(f"- {line}")
     for w in f["warnings"]:
         lines.append(f"- ⚠ {w}")
     for h in f["hot_spots"]:

@@ -124,3 +124,18 @@ def plotly_path() -> Path:
 
 
 app = create_app()
+
+
+def old_route_app(new_route: str) -> FastAPI:
+    """The UI's former route of this view (`/plugin/kafka-plans/...`, where the app's own path followed it a
+    second time): a bookmark or a link there is redirected to the same page under `new_route`."""
+    old = FastAPI(title="Kafka plans (old route)", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @old.get("/{rest:path}", include_in_schema=False)
+    def moved(rest: str, request: Request) -> Response:
+        from fastapi.responses import RedirectResponse
+
+        query = f"?{request.url.query}" if request.url.query else ""
+        return RedirectResponse(f"{new_route}/{rest}{query}", status_code=308)
+
+    return old

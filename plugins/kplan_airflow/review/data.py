@@ -46,15 +46,29 @@ BAD = ("rejected", "failed", "apply refused", "apply failed", "apply stopped", "
        "not converged", "drain not complete", "refused")
 
 
+def decision(review: dict[str, Any]) -> str | None:
+    """The approval's answer in words ("approved by ann", "rejected by bob", "auto-approved: ..."), or None
+    while nobody has answered (or before the plan was published)."""
+    status = str(review.get("status") or "")
+    if status.startswith("rejected"):
+        who = review.get("rejected_by")
+        return f"rejected by {who}" if who else "rejected: no answer within the approval timeout"
+    who = review.get("approved_by")
+    if who == "auto":
+        return "auto-approved: no review needed" + (" ([kplan] skip_review)" if runs.skip_review() else
+                                                    " (within the auto-approve limits)")
+    return f"approved by {who}" if who else None
+
+
 def outcome(review: dict[str, Any]) -> dict[str, Any]:
     """How the run ended, in words, for the plan list and the plan page: `bad` (rejected, refused, failed),
-    `headline` (why, in one line: the planner's message, who rejected) and `apply` (what the "Apply and
-    verify" section says when apply did not run or did not finish)."""
+    `headline` (why, in one line: the planner's message, who rejected), `apply` (what the "Apply and
+    verify" section says when apply did not run or did not finish) and `decision` (the approval's answer)."""
     status = str(review.get("status") or "")
     error = review.get("error")
     task = review.get("failed_task")
     bad = status.startswith(BAD)
-    out: dict[str, Any] = {"bad": bad, "headline": None, "apply": None}
+    out: dict[str, Any] = {"bad": bad, "headline": None, "apply": None, "decision": decision(review)}
     if status.startswith("rejected"):
         out["headline"] = error or ("Rejected" + (f" by {review['rejected_by']}" if review.get("rejected_by") else ""))
         out["apply"] = "not started: " + ("rejected" + (f" by {review['rejected_by']}" if review.get("rejected_by")
