@@ -89,6 +89,14 @@ def run_dag(dag_id: str, conf: dict[str, Any], *, decide: Callable[[dict], str] 
     return dr, approver
 
 
+WAITING: list[dict[str, Any]] = []
+
+
+def record_waiting(message: dict[str, Any]) -> None:
+    """An `[kplan] approval_notify_callback` for tests: keeps what the approval's notifier said."""
+    WAITING.append(message)
+
+
 def states(dr) -> dict[str, str]:
     return {ti.task_id: str(ti.state.value if hasattr(ti.state, "value") else ti.state)
             for ti in dr.get_task_instances()}
@@ -260,6 +268,33 @@ def chromium(profile: Path, width: int = 1400, height: int = 1000) -> Iterator[A
         yield driver
     finally:
         driver.quit()
+
+
+def trigger_dialog_conf(browser: Any, conf: str, expect: str, timeout: float = 60) -> str:
+    """In Airflow's open trigger dialog: type `conf` into Advanced Options -> Configuration JSON (a Monaco
+    editor, typed key by key as a person would), press Trigger and wait until the dialog shows `expect`;
+    returns the dialog's text."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    dialog = browser.find_element(By.CSS_SELECTOR, ".chakra-dialog__content")
+    label = dialog.find_elements(By.XPATH, ".//*[text()='Configuration JSON']")
+    if not label:
+        advanced = next(b for b in dialog.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Advanced Options")
+        browser.execute_script("arguments[0].scrollIntoView()", advanced)
+        advanced.click()
+        label = wait_for(lambda: dialog.find_elements(By.XPATH, ".//*[text()='Configuration JSON']"), 30,
+                         "the JSON conf")
+    editor = dialog.find_element(By.CSS_SELECTOR, ".monaco-editor")
+    browser.execute_script("arguments[0].scrollIntoView()", editor)
+    editor.click()
+    typing = editor.find_element(By.CSS_SELECTOR, ".native-edit-context")
+    typing.send_keys(Keys.CONTROL, "a")
+    typing.send_keys(Keys.DELETE)
+    typing.send_keys(conf)
+    label[0].click()   # the dialog takes the conf when the editor loses focus
+    next(b for b in dialog.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Trigger").click()
+    return wait_for(lambda: expect in dialog.text and dialog.text, timeout, f"the dialog to show {expect!r}")
 
 
 @contextmanager

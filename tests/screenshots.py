@@ -5,7 +5,8 @@
 Sandbox + Airflow on SQLite + a real `airflow api-server`; the drain DAG runs with dag.test() and, while its
 approval waits, headless Chromium photographs the Required Actions page, then approves through the API; then
 the plan page (after apply and verify), the plan list inside the Airflow UI (Browse -> Kafka plans) and the
-drain DAG's trigger form (its params; broker 1 picked in the broker picker, not submitted).
+drain DAG's trigger form (its params; broker 1 picked in the broker picker, not submitted), then broker 99
+typed in its JSON conf and refused with the reason.
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ def main() -> int:
                                decide=approve)
             page = f"{base}/kafka-plans/runs/kafka_broker_drain/{runs.run_key(dr.run_id)}"
             shoot("kafka-plan-page.png", page, height=2000)
-            shoot("kafka-plans-in-airflow.png", f"{base}/plugin/kafka-plans", settle=6, height=700)
+            shoot("kafka-plans-in-airflow.png", f"{base}{runs.PLUGIN_PAGES}/", settle=6, height=700)
             af.sync_dags()   # the form as the dag-processor shows it once the drain's snapshot saw the brokers
             trigger_form(browser, base, out / "airflow-trigger-form.png")
+            refused(browser, out / "airflow-trigger-refused.png")
     finally:
         sandbox.down()
     return 0
@@ -87,6 +89,18 @@ def trigger_form(browser, base: str, path: Path) -> None:
     ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()   # the list of the other brokers, open
     af.wait_for(lambda: "broker 2 · rack" in browser.find_element(By.TAG_NAME, "body").text, 10, "the options")
     time.sleep(1)  # the menu's opening animation; nothing to poll for
+    browser.save_screenshot(str(path))
+    print("wrote", path, flush=True)
+
+
+def refused(browser, path: Path) -> None:
+    """In the same dialog: broker 99 typed in the form's JSON conf (Advanced Options), Trigger pressed: the
+    API server's reason at the top of the dialog; nothing triggered."""
+    browser.find_element(By.XPATH, "//*[starts-with(text(), 'Trigger Dag')]").click()   # the picker's list closes
+    af.trigger_dialog_conf(browser, '{"brokers": ["99"]}', "Nothing was triggered.")
+    browser.execute_script("document.querySelector('.chakra-dialog__content').scrollIntoView()")
+    browser.set_window_size(1360, 960)
+    time.sleep(1)  # the resize's relayout; nothing to poll for
     browser.save_screenshot(str(path))
     print("wrote", path, flush=True)
 

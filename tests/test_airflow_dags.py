@@ -116,9 +116,13 @@ def test_invalid_form_is_refused_before_any_task(env, conf):
 def drain_run(env):
     """One drain of broker 1, approved, applied and verified (Spark: spark_default = local[2])."""
     start = af.assignment(env["zk"])
-    dr, approver = af.run_dag(DRAIN, {"brokers": [1], "sizes": env["sizes"], "shutdown_mode": "both",
-                                      "throttle": THROTTLE}, decide=lambda d: "Approve")
-    return {"dr": dr, "approver": approver, "start": start, "end": af.cluster_state(env["zk"])}
+    af.WAITING.clear()
+    with pytest.MonkeyPatch.context() as mp:   # the approval's notifier calls a deployment's hook too
+        mp.setenv("AIRFLOW__KPLAN__APPROVAL_NOTIFY_CALLBACK", "airflow_support:record_waiting")
+        dr, approver = af.run_dag(DRAIN, {"brokers": [1], "sizes": env["sizes"], "shutdown_mode": "both",
+                                          "throttle": THROTTLE}, decide=lambda d: "Approve")
+    return {"dr": dr, "approver": approver, "start": start, "end": af.cluster_state(env["zk"]),
+            "waiting": list(af.WAITING)}
 
 
 def check_applied(plan: dict, end: af.ClusterState, report: dict) -> None:
@@ -155,7 +159,16 @@ def test_drain_end_to_end(env, drain_run):
     # The approval showed the plan, the risk before and after, and the plan page's link.
     body = approver.seen["body"]
     assert plan["id"][:19] in body and "CRITICAL" in body and "LOW" in body
-    assert f"/kafka-plans/runs/{DRAIN}/{runs.run_key(dr.run_id)}" in body
+    page = f"{runs.PLUGIN_PAGES}/runs/{DRAIN}/{runs.run_key(dr.run_id)}"
+    assert page in body
+    # a person was told the plan waits: the approval's notifier, in its file and through the deployment's hook
+    told = [json.loads(x) for x in (env["runs"] / "waiting-approvals.jsonl").read_text().splitlines()]
+    mine = [m for m in told if m["run_id"] == dr.run_id]
+    assert len(mine) == 1 and drain_run["waiting"] == mine, (mine, drain_run["waiting"])
+    assert (mine[0]["plan_id"], mine[0]["task_id"], mine[0]["kind"]) == (plan["id"], "approve", "drain")
+    assert mine[0]["plan_url"].endswith(page) and mine[0]["approval_url"].endswith(
+        f"/dags/{DRAIN}/runs/{quote(dr.run_id, safe='')}/tasks/approve/required_actions")
+    assert f"Plan {plan['id'][7:19]} (drain) waits for approval in {DRAIN} run {dr.run_id}" in mine[0]["text"]
     after = json.loads((folder.risk_after / "summary.json").read_text())
     assert after["level_by_state"] == {"current": "critical", "plan": "low"}  # the RF=1 partitions move
     review = json.loads((folder.root / runs.REVIEW).read_text())
@@ -245,9 +258,31 @@ def test_review_ui_in_headless_chromium(env, drain_run, ui):
     shot = env["base"] / "plan.png"
     browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 20_000
-    # the drain's snapshot was taken before broker 1 was drained: none in maintenance then, and it says so
-    assert browser.find_element(By.ID, "maintenance").text == \
-        "🛠 brokers in maintenance: none (when the snapshot was taken)"
+    # the drain's snapshot was taken before broker 1 was drained: none in maintenance then, and it says so,
+    # with an icon Chromium draws (an SVG: the emoji before it had no font here and showed as a box)
+    maintenance = browser.find_element(By.ID, "maintenance")
+    assert maintenance.text == "brokers in maintenance: none (when the snapshot was taken)"
+    icon = maintenance.find_element(By.CSS_SELECTOR, "svg.icon")
+    assert icon.size["width"] >= 10 and icon.size["height"] >= 10, icon.size
+    # who approved it, on the plan page and the run's note (Airflow's runs list and run page)
+    note = f"Approved by {af.local.USER}: plan {plan['id'][7:19]} applied and verified"
+    assert browser.find_element(By.ID, "decision").text == f"Approval: approved by {af.local.USER}"
+    assert run_note(dr) == note
+    seen(ui, f"/dags/{DRAIN}/runs/{quote(dr.run_id, safe='')}", note)
+    # the plan page inside Airflow's UI: the route names the plugin once; the old doubled one lands there too
+    key = runs.run_key(dr.run_id)
+    for path in (f"{runs.PLUGIN_PAGES}/runs/{DRAIN}/{key}", f"/plugin/kafka-plans/kafka-plans/runs/{DRAIN}/{key}"):
+        browser.get(f"{base}{path}")
+        af.wait_for(lambda: browser.current_url == f"{base}{runs.PLUGIN_PAGES}/runs/{DRAIN}/{key}", 30,
+                    f"{path} at the new route")
+        frame = af.wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "iframe[title='Kafka plans']"), 60,
+                            "the plan page's frame")[0]
+        browser.switch_to.frame(frame)
+        try:
+            af.wait_for(lambda: plan["id"][7:19] in browser.find_element(By.TAG_NAME, "body").text, 60,
+                        "the plan page in the frame")
+        finally:
+            browser.switch_to.default_content()
     # a restart plan of broker 2 made now, with broker 1 drained by the run above: its page shows the roll
     # step by step and names broker 1 as left out (no temporary replica goes to a drained broker)
     from planner import api
@@ -332,6 +367,34 @@ def test_trigger_form_offers_the_clusters_brokers_with_their_racks(env, drain_ru
     chosen = browser.find_element(By.CSS_SELECTOR, "[id^='element_brokers']").text
     assert labels[1] in chosen and labels[4] in chosen and labels[0] not in chosen, chosen
     browser.save_screenshot(str(env["base"] / "trigger-form.png"))
+    # a broker the cluster does not have cannot be chosen at all
+    field.send_keys("99")
+    af.wait_for(lambda: "No options" in browser.find_element(By.TAG_NAME, "body").text, 30, "'No options'")
+    field.send_keys(Keys.BACKSPACE, Keys.BACKSPACE)
+    browser.find_element(By.XPATH, "//*[starts-with(text(), 'Trigger Dag')]").click()   # the list closes
+    # ... and typed in the form's JSON conf (Advanced Options), it is refused with the reason, in the dialog,
+    # before any run exists (the API server's check, kplan_airflow.trigger_check)
+    before = runs_of(ui, DRAIN)
+    have = ", ".join(str(b) for b in range(1, 7))
+    for brokers, reason in (('["99"]', "Brokers to drain: broker 99 is not in the cluster: the latest snapshot "),
+                            ("[-1]", "Brokers to drain: -1 is not a broker id: broker ids are 0 or more. Nothing "
+                                     "was triggered."),
+                            ('["1,2"]', 'Brokers to drain: "1,2" names several brokers in one entry')):
+        shown = af.trigger_dialog_conf(browser, '{"brokers": ' + brokers + "}", reason)
+        if brokers == '["99"]':
+            assert f"has brokers {have}. Nothing was triggered." in shown, shown
+    assert runs_of(ui, DRAIN) == before, "a refused trigger created a run"
+    browser.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)
+
+
+def runs_of(ui, dag_id: str) -> list[str]:
+    """The DAG's runs, through Airflow's REST API."""
+    import urllib.request
+
+    req = urllib.request.Request(f"{ui['base']}/api/v2/dags/{dag_id}/dagRuns?limit=100",
+                                 headers={"Authorization": f"Bearer {ui['token']}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return sorted(d["dag_run_id"] for d in json.loads(r.read())["dag_runs"])
 
 
 def test_unknown_broker_fails_the_run_early_and_applies_nothing(env, ui):

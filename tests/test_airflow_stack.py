@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.parse
 import urllib.request
 from datetime import UTC, datetime
 
@@ -39,6 +41,38 @@ def _ours(root: str, pids: set[int]) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return out
+
+
+def _post(base: str, token: str, path: str, body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(f"{base}{path}", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def failed_run_shows_its_reason(base: str, token: str) -> None:
+    """Under the real scheduler (not dag.test()): a trigger with a negative broker is refused by the API
+    server's check with its reason; a drain of broker 42, which the sandbox does not have, fails at risk and
+    the plugin's listener writes the planner's message as the run's note, in the scheduler's transaction."""
+    url = "/api/v2/dags/kafka_broker_drain/dagRuns"
+    code, body = _post(base, token, url, {"logical_date": None, "conf": {"brokers": [-1]}})
+    assert (code, body.get("detail")) == (400, "Brokers to drain: -1 is not a broker id: broker ids are 0 or "
+                                               "more. Nothing was triggered."), body
+    code, body = _post(base, token, url, {"logical_date": None, "conf": {"brokers": [42], "sizes_from": "none"}})
+    assert code == 200, body
+    run = f"{url}/{urllib.parse.quote(body['dag_run_id'], safe='')}"
+
+    def ended():
+        r = _get(base, token, run)
+        return r if r["state"] in ("failed", "success") else None
+
+    r = af.wait_for(ended, 180, "the drain of broker 42 to end", every=1.0)
+    states = {t["task_id"]: t["state"] for t in _get(base, token, f"{run}/taskInstances")["task_instances"]}
+    assert r["state"] == "failed" and (states["snapshot"], states["risk"]) == ("success", "failed"), (r, states)
+    assert (r["note"] or "").startswith("Failed at risk: unknown broker id(s) [42]"), r
 
 
 def test_make_airflow_runs_nothing_until_triggered_and_sigterm_stops_everything(tmp_path):
@@ -79,6 +113,7 @@ def test_make_airflow_runs_nothing_until_triggered_and_sigterm_stops_everything(
         assert runs["total_entries"] == 0, runs
         pending = _get(base, token, "/api/v2/dags/~/dagRuns/~/hitlDetails?response_received=false")
         assert pending["total_entries"] == 0, pending
+        failed_run_shows_its_reason(base, token)
 
         started = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
         ours = _ours(str(root), started)

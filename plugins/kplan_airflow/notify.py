@@ -12,7 +12,7 @@ for a plan that needs no review. This one needs no connection and sends nothing 
 A failing sink is logged and never fails the approval.
 
 Slack, e-mail and the rest come from Airflow's provider notifiers, added beside this one on the approval
-(docs/airflow.md, "Being told a plan waits").
+(README.md, "Being told a plan waits").
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from kplan_airflow import runs
+from kplan_airflow import approval_policy, runs
 from planner import api
 from planner.api import PlannerError, SafetyRefusal
 
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 T = TypeVar("T")
-LEVELS = ("low", "medium", "high", "critical")
 MODES = {"controlled": ("controlled",), "failure": ("failure",), "both": ("controlled", "failure")}
 
 
@@ -466,10 +465,6 @@ def _plan_xcom(plan: api.Plan) -> dict[str, Any]:
             "batches": len(plan.batches)}
 
 
-def _level_rank(level: str | None) -> int:
-    return LEVELS.index(level) if level in LEVELS else len(LEVELS)
-
-
 def plan_url(dag_id: str, run_id: str) -> str | None:
     """The plan page (served by the review plugin on the API server), inside Airflow's UI (Browse -> Kafka plans)."""
     from airflow.sdk import conf
@@ -505,29 +500,6 @@ class PublishOperator(BaseOperator):
         self.auto_approve_max_risk = auto_approve_max_risk
         self.approval_task_id = approval_task_id
 
-    def _review_reason(self, plan: api.Plan, after_level: str | None) -> str | None:
-        """None when the plan may be applied without a person; else why a person must look."""
-        limits = (self.auto_approve_max_moves, self.auto_approve_max_bytes, self.auto_approve_max_risk)
-        if all(v in (None, "") for v in limits):
-            required = not runs.skip_review() if self.require_approval in (None, "", "None") else _truthy(
-                self.require_approval)
-            return "every plan of this DAG is reviewed" if required else None
-        reasons = []
-        moves = plan.summary.get("replica_moves") or 0
-        nbytes = plan.summary.get("bytes_moved")
-        if _opt_int(self.auto_approve_max_moves) is not None and moves > int(self.auto_approve_max_moves):
-            reasons.append(f"{moves} replica moves is over the auto-approve limit of {self.auto_approve_max_moves}")
-        if _opt_int(self.auto_approve_max_bytes) is not None and (nbytes is None or nbytes > int(self.auto_approve_max_bytes)):
-            from kplan_airflow.summary import human_bytes
-
-            reasons.append(f"bytes to move unknown (auto-approve needs them within {human_bytes(int(self.auto_approve_max_bytes))})"
-                           if nbytes is None else f"{human_bytes(nbytes)} to move is over the auto-approve limit of "
-                           f"{human_bytes(int(self.auto_approve_max_bytes))}")
-        if self.auto_approve_max_risk and _level_rank(after_level) > _level_rank(self.auto_approve_max_risk):
-            reasons.append(f"risk after the plan is {str(after_level).upper()} (auto-approve up to "
-                           f"{self.auto_approve_max_risk.upper()})")
-        return "; ".join(reasons) or None
-
     def execute(self, context: Context) -> dict[str, Any]:
         from kplan_airflow import summary as sm
 
@@ -560,11 +532,13 @@ class PublishOperator(BaseOperator):
         intent = (after or {}).get("intent")
         if intent and not intent.get("holds"):
             record["intent_after_plan"] = {k: intent.get(k) for k in ("holds", "brokers", "remaining_count")}
-        reason = self._review_reason(plan, after_level)
-        if intent and not intent.get("holds"):   # never applied without a person seeing this
-            reason = "; ".join(x for x in (reason, "the drain would not empty its brokers (see the warning)") if x)
-        limits = (self.auto_approve_max_moves, self.auto_approve_max_bytes, self.auto_approve_max_risk)
-        shown = reason if any(v not in (None, "") for v in limits) else None  # why auto-approve did not apply
+        decision = approval_policy.decide(
+            approval_policy.Policy(self.require_approval, self.auto_approve_max_moves, self.auto_approve_max_bytes,
+                                   self.auto_approve_max_risk),
+            moves=plan.summary.get("replica_moves") or 0, nbytes=plan.summary.get("bytes_moved"),
+            risk_after=after_level, skip_review=runs.skip_review(),
+            drain_empties=not (intent and not intent.get("holds")))   # never applied unseen if it does not
+        reason, shown = decision.reason, decision.shown   # shown: why auto-approve did not apply
         runs.update_review(run, **record, status="awaiting approval" if reason else "auto-approved",
                            review_reason=shown)
         subject = f"{sm.title(plan)}: apply plan {plan.id[7:19]}? ({plan.summary.get('replica_moves')} replica moves)"
