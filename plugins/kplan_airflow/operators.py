@@ -338,12 +338,34 @@ class RiskOperator(SparkSubmitOperator):
 
 
 @shows_failures
-class DrainPlanOperator(BaseOperator):
+class PlanOperator(BaseOperator):
+    """The plan step of every DAG (<run>/plan): a plan already there (an earlier try) is reused, never
+    replaced; otherwise the kind's request (`request`) goes to its planner function (`PLAN`). One operator,
+    one behaviour; the subclasses below only say which plan and from which fields."""
+
+    PLAN: Callable[..., Any]
+    ui_color = "#eefde8"
+
+    def request(self, run: api.RunFolder) -> Any:
+        raise NotImplementedError
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        run = run_folder(context)
+        if (run.plan / "plan.json").is_file():
+            plan = call("plan", api.read_plan, run.plan)
+            self.log.info("reusing the plan %s already in %s (a plan is never replaced)", plan.id, run.plan)
+            return _plan_xcom(plan)
+        out = call("plan", type(self).PLAN, self.request(run), progress=_log_progress(self))
+        return _plan_xcom(out.plan)
+
+
+class DrainPlanOperator(PlanOperator):
     """OR-Tools plan that empties `brokers` (<run>/plan). Unknown brokers or an infeasible drain fail here."""
+
+    PLAN = staticmethod(api.plan_drain)
 
     template_fields: Sequence[str] = ("brokers", "exclude_topics", "max_concurrent_per_broker", "sizes",
                                       "leader_scope", "max_leader_changes", "max_disk_usage")
-    ui_color = "#eefde8"
 
     def __init__(self, *, brokers: Any, exclude_topics: str | None = None, max_concurrent_per_broker: Any = 5,
                  sizes: str | None = None, leader_scope: str = "touched", max_leader_changes: Any = None,
@@ -357,12 +379,7 @@ class DrainPlanOperator(BaseOperator):
         self.leader_scope = leader_scope
         self.max_leader_changes = max_leader_changes
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        run = run_folder(context)
-        if (run.plan / "plan.json").is_file():
-            plan = call("plan", api.read_plan, run.plan)
-            self.log.info("reusing the plan %s already in %s (a plan is never replaced)", plan.id, run.plan)
-            return _plan_xcom(plan)
+    def request(self, run: api.RunFolder) -> api.DrainRequest:
         req = api.DrainRequest(snapshot=run.snapshot, out=run.plan, brokers=_ints(self.brokers, "brokers"),
                                exclude_topics=self.exclude_topics or None,
                                max_concurrent_per_broker=int(self.max_concurrent_per_broker),
@@ -372,17 +389,16 @@ class DrainPlanOperator(BaseOperator):
                                else int(self.max_leader_changes), **_disk_usage(self.max_disk_usage))
         if not req.brokers:
             raise AirflowFailException("brokers is empty: name at least one broker to drain")
-        out = call("plan", api.plan_drain, req, progress=_log_progress(self))
-        return _plan_xcom(out.plan)
+        return req
 
 
-@shows_failures
-class RebalancePlanOperator(BaseOperator):
+class RebalancePlanOperator(PlanOperator):
     """OR-Tools rebalance within a move / bytes budget (<run>/plan)."""
+
+    PLAN = staticmethod(api.plan_rebalance)
 
     template_fields: Sequence[str] = ("max_moves", "max_bytes", "exclude_topics", "max_concurrent_per_broker",
                                       "sizes", "max_disk_usage")
-    ui_color = "#eefde8"
 
     def __init__(self, *, max_moves: Any = None, max_bytes: Any = None, exclude_topics: str | None = None,
                  max_concurrent_per_broker: Any = 5, sizes: str | None = None, max_disk_usage: Any = None,
@@ -395,19 +411,12 @@ class RebalancePlanOperator(BaseOperator):
         self.max_concurrent_per_broker = max_concurrent_per_broker
         self.sizes = sizes
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        run = run_folder(context)
-        if (run.plan / "plan.json").is_file():
-            plan = call("plan", api.read_plan, run.plan)
-            self.log.info("reusing the plan %s already in %s (a plan is never replaced)", plan.id, run.plan)
-            return _plan_xcom(plan)
-        req = api.RebalanceRequest(snapshot=run.snapshot, out=run.plan, max_moves=_opt_int(self.max_moves),
+    def request(self, run: api.RunFolder) -> api.RebalanceRequest:
+        return api.RebalanceRequest(snapshot=run.snapshot, out=run.plan, max_moves=_opt_int(self.max_moves),
                                    max_bytes=_opt_int(self.max_bytes), exclude_topics=self.exclude_topics or None,
                                    max_concurrent_per_broker=int(self.max_concurrent_per_broker),
                                    sizes=Path(self.sizes) if self.sizes else None,
                                    **_disk_usage(self.max_disk_usage))
-        out = call("plan", api.plan_rebalance, req, progress=_log_progress(self))
-        return _plan_xcom(out.plan)
 
 
 def _disk_usage(value: Any) -> dict[str, float]:
@@ -420,15 +429,15 @@ def _disk_usage(value: Any) -> dict[str, float]:
         raise AirflowFailException(f"max_disk_usage must be a fraction in (0, 1], got {value!r}") from None
 
 
-@shows_failures
-class ReturnPlanOperator(BaseOperator):
+class ReturnPlanOperator(PlanOperator):
     """The way back after a drain (<run>/plan): replicas move only onto `brokers`, drained brokers that are
     registered again; the drain's own moves reversed where the cluster still matches them (its plan found
     through the brokers' maintenance state, or `drain_plan`), then balanced up to their share."""
 
+    PLAN = staticmethod(api.plan_return)
+
     template_fields: Sequence[str] = ("brokers", "drain_plan", "exclude_topics", "max_concurrent_per_broker",
                                       "sizes", "max_disk_usage")
-    ui_color = "#eefde8"
 
     def __init__(self, *, brokers: Any, drain_plan: str | None = None, exclude_topics: str | None = None,
                  max_concurrent_per_broker: Any = 5, sizes: str | None = None, max_disk_usage: Any = None,
@@ -441,12 +450,7 @@ class ReturnPlanOperator(BaseOperator):
         self.max_concurrent_per_broker = max_concurrent_per_broker
         self.sizes = sizes
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        run = run_folder(context)
-        if (run.plan / "plan.json").is_file():
-            plan = call("plan", api.read_plan, run.plan)
-            self.log.info("reusing the plan %s already in %s (a plan is never replaced)", plan.id, run.plan)
-            return _plan_xcom(plan)
+    def request(self, run: api.RunFolder) -> api.ReturnRequest:
         req = api.ReturnRequest(snapshot=run.snapshot, out=run.plan, brokers=_ints(self.brokers, "brokers"),
                                 drain_plan=Path(self.drain_plan) if self.drain_plan not in (None, "", "None")
                                 else None, exclude_topics=self.exclude_topics or None,
@@ -454,8 +458,7 @@ class ReturnPlanOperator(BaseOperator):
                                 sizes=Path(self.sizes) if self.sizes else None, **_disk_usage(self.max_disk_usage))
         if not req.brokers:
             raise AirflowFailException("brokers is empty: name the drained brokers that are back")
-        out = call("plan", api.plan_return, req, progress=_log_progress(self))
-        return _plan_xcom(out.plan)
+        return req
 
 
 def _plan_xcom(plan: api.Plan) -> dict[str, Any]:
