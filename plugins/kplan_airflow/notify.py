@@ -78,7 +78,11 @@ class PlanWaitingNotifier(BaseNotifier):
     """The plan waits for approval: say so where people and their tools look (module docstring)."""
 
     def notify(self, context: Any) -> None:
-        message = waiting_message(context)
+        try:
+            message = waiting_message(context)
+        except Exception as e:  # noqa: BLE001 (telling someone must never fail the approval itself)
+            log.error("kplan: could not describe the waiting plan: %s", e)
+            return
         log.warning("%s", message["text"])   # the approval task's log, and the kplan.approvals logger
         path = notify_file()
         if path is not None:
