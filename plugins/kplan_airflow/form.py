@@ -4,9 +4,12 @@ snapshot task). Read when the DAG file is parsed, so it is a small JSON file, ne
 
 Airflow 3.3's form shows a `type: array` param with `examples` as a multi-select whose values are strings;
 the schema takes those strings of digits, and integers (a trigger through the REST API or a follow-up run),
-and the operators read both as broker ids. A broker that joined after the latest snapshot is not offered,
-but can still be named through the trigger's JSON conf; an id the cluster does not have fails the run's
-first planner step with the planner's message (shown on the run and the plan page).
+and the operators read both as broker ids. The form checks nothing else, so the API server does
+(kplan_airflow.trigger_check): a trigger naming an id the latest snapshot did not see is refused with the
+reason before a run exists. A broker that joined after the latest snapshot is therefore neither offered nor
+accepted until a run's snapshot has seen it; a run started otherwise (dag.test(), a follow-up run) with an id
+the cluster does not have fails its first planner step with the planner's message (on the run and the plan
+page).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def broker_picker(title: str, description: str) -> Any:
         ids = [str(b["id"]) for b in known["brokers"]]
         extra = {"examples": ids, "values_display": {str(b["id"]): label(b) for b in known["brokers"]}}
         description += (f". Offered: the brokers of the latest snapshot ({known.get('taken_at') or 'time unknown'}); "
-                        "a broker that joined since can be named in the trigger's JSON conf")
+                        "a broker that joined since is accepted once a run's snapshot has seen it")
     return Param(type="array", items=ITEM, minItems=1, uniqueItems=True, title=title, description=description,
                  **extra)
 
