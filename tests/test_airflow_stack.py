@@ -1,8 +1,10 @@
 """`make airflow` (python -m kplan_airflow.stack) for real: the sandbox, the API server, the scheduler, the
 dag-processor and the triggerer started as a user does. Once everything is up and the DAGs are parsed and
 unpaused, no DAG has a run (the nightly rebalance's first run is the next 02:00, not the one just past),
-every component reports healthy (the triggerer too), the LocalExecutor has no more workers than CPUs, and a
-SIGTERM to the stack leaves no process behind: every descendant and every process of its folder is gone."""
+every component reports healthy (the triggerer too), the LocalExecutor has no more workers than CPUs; under
+the real API server and scheduler, a trigger with a bad broker is refused with its reason and a run that fails
+gets the planner's message as its note (the listener, in the scheduler's transaction); and a SIGTERM to the
+stack leaves no process behind: every descendant and every process of its folder is gone."""
 
 from __future__ import annotations
 
