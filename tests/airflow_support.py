@@ -285,9 +285,19 @@ def trigger_dialog_conf(browser: Any, conf: str, expect: str, timeout: float = 6
         advanced.click()
         label = wait_for(lambda: dialog.find_elements(By.XPATH, ".//*[text()='Configuration JSON']"), 30,
                          "the JSON conf")
+    from selenium.common.exceptions import ElementClickInterceptedException, ElementNotInteractableException
+
     editor = dialog.find_element(By.CSS_SELECTOR, ".monaco-editor")
-    browser.execute_script("arguments[0].scrollIntoView()", editor)
-    editor.click()
+
+    def focused() -> bool:   # the section may still be opening (an animation): try until it takes the click
+        try:
+            browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", editor)
+            editor.click()
+        except (ElementNotInteractableException, ElementClickInterceptedException):
+            return False
+        return True
+
+    wait_for(focused, 30, "the JSON conf editor to take a click", every=0.5)
     typing = editor.find_element(By.CSS_SELECTOR, ".native-edit-context")
     typing.send_keys(Keys.CONTROL, "a")
     typing.send_keys(Keys.DELETE)
