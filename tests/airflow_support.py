@@ -278,13 +278,15 @@ def trigger_dialog_conf(browser: Any, conf: str, expect: str, timeout: float = 6
     from selenium.webdriver.common.keys import Keys
 
     dialog = browser.find_element(By.CSS_SELECTOR, ".chakra-dialog__content")
-    label = dialog.find_elements(By.XPATH, ".//*[text()='Configuration JSON']")
+    def shown_label() -> list[Any]:   # the section's content stays in the page while it is closed: visible?
+        return [x for x in dialog.find_elements(By.XPATH, ".//*[text()='Configuration JSON']") if x.is_displayed()]
+
+    label = shown_label()
     if not label:
         advanced = next(b for b in dialog.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Advanced Options")
         browser.execute_script("arguments[0].scrollIntoView()", advanced)
         advanced.click()
-        label = wait_for(lambda: dialog.find_elements(By.XPATH, ".//*[text()='Configuration JSON']"), 30,
-                         "the JSON conf")
+        label = wait_for(shown_label, 30, "the JSON conf")
     from selenium.common.exceptions import ElementClickInterceptedException, ElementNotInteractableException
 
     editor = dialog.find_element(By.CSS_SELECTOR, ".monaco-editor")
