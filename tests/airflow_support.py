@@ -305,7 +305,12 @@ def trigger_dialog_conf(browser: Any, conf: str, expect: str, timeout: float = 6
     typing.send_keys(Keys.DELETE)
     typing.send_keys(conf)
     label[0].click()   # the dialog takes the conf when the editor loses focus
-    next(b for b in dialog.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Trigger").click()
+    submit = dialog.find_element(By.CSS_SELECTOR, "[data-testid='trigger-dag-submit']")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", submit)
+    try:
+        submit.click()
+    except ElementClickInterceptedException:   # the dialog's scroll shadow can lie over the button's edge
+        browser.execute_script("arguments[0].click()", submit)
     return wait_for(lambda: expect in dialog.text and dialog.text, timeout, f"the dialog to show {expect!r}")
 
 
