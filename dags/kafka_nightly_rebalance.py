@@ -34,10 +34,13 @@ READ_ONLY = {"retries": 2, "retry_delay": timedelta(seconds=20)}
 with DAG(
     dag_id="kafka_nightly_rebalance",
     description="Level replicas and preferred leaders within a budget; auto-approved only when small and safe",
-    # no start_date, run_immediately=False: the first run is the next scheduled time, never the interval that
-    # has just passed (a start_date in the past plus catchup=False runs the latest one at once on unpause)
+    # no start_date, run_immediately=timedelta(0): the first run is the next scheduled time, never the interval
+    # that has just passed (a start_date in the past plus catchup=False runs the latest one at once on unpause).
+    # Not run_immediately=False: Airflow 3.3's CronTriggerTimetable._calc_first_run treats False like None and
+    # runs the tick just past when it is within 10% of the period (2.4 h for a daily cron): a deployment started
+    # at 02:06 began a rebalance at once (seen in test_dagbag_imports_both_dags_without_errors_or_heavy_imports)
     schedule=CronTriggerTimetable(conf.get("kplan", "rebalance_schedule", fallback=None) or "0 2 * * *",
-                                  timezone="UTC", run_immediately=False),
+                                  timezone="UTC", run_immediately=timedelta(0)),
     catchup=False,
     max_active_runs=1,
     render_template_as_native_obj=True,
