@@ -156,6 +156,8 @@ def test_run_folder_is_shared_where_it_is_read_and_written(compose, services):
     init = " ".join(services["airflow-init"]["command"])
     assert "airflow db migrate" in init
     assert f"airflow pools set {env['AIRFLOW__KPLAN__APPLY_POOL']} 1 " in init
+    # a deferred verify must not hold the apply pool's one slot while it waits (docs/APPLY.md "In Airflow")
+    assert "--include-deferred" not in init
 
 
 def test_dockerfile_installs_the_project_non_editable_with_java(services):

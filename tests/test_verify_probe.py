@@ -66,7 +66,16 @@ def test_probe_counts_what_has_converged_writes_nothing_and_verify_waits_on_it(c
     assert api.verify_probe(req)["status"] == "converged"
 
 
-def test_probe_failures_say_why_and_zookeeper_down_is_retryable(cluster, tmp_path):
+def test_probe_failures_and_the_airflow_trigger_run_as_the_triggerer_runs_it(cluster, tmp_path, monkeypatch):
+    """Probe failures (a status for what no retry mends, ZkUnavailable raised for the rest); and the Airflow
+    trigger as the triggerer runs it: re-created from its serialised form (all a restarted triggerer has), its
+    connection read from the environment, the probe polled in a thread, firing timeout / converged / failed."""
+    import asyncio
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    from airflow.sdk.module_loading import import_string
+    from kplan_airflow.triggers import VerifyTrigger
+
     env = cluster(drain_desc())
     plan_dir = tmp_path / "run" / "plan"
     doc = drain_plan(plan_dir)
@@ -76,8 +85,34 @@ def test_probe_failures_say_why_and_zookeeper_down_is_retryable(cluster, tmp_pat
     # Nothing listening: retryable, so raised (the trigger tries again until its deadline).
     with pytest.raises(api.ZkUnavailable):
         api.verify_probe(api.VerifyRequest(zk="127.0.0.1:9", plan=plan_dir, timeout=1))
-    # The plan folder changed after review: refused, naming it.
+
+    hosts, _, chroot = env.connect.partition("/")
+    monkeypatch.setenv("AIRFLOW_CONN_ZK_PROBE", json.dumps({"conn_type": "zookeeper", "host": hosts,
+                                                            "schema": chroot}))
+
+    def fire(deadline_in: float) -> dict:
+        now = time.time()
+        path, kwargs = VerifyTrigger(zk_conn_id="zk_probe", plan=str(plan_dir), started=now - 5,
+                                     deadline=now + deadline_in, poll=0.1).serialize()
+        trigger = import_string(path)(**json.loads(json.dumps(kwargs)))
+
+        async def first():
+            async for event in trigger.run():
+                return event.payload
+
+        return asyncio.run(first())
+
+    timeout = fire(0.5)   # nothing applied: still 0 of 3 at the deadline
+    assert (timeout["status"], timeout["converged"], timeout["total"]) == ("timeout", 0, 3), timeout
+    assert timeout["deadline"] - timeout["started"] == pytest.approx(5.5)
+    assert env.kplan("apply", "--zk", env.connect, "--plan", str(plan_dir), "--no-throttle", "--poll", "0.1") == 0
+    done = fire(30)
+    assert (done["status"], done["converged"], done["pending"]) == ("converged", 3, []), done
+
+    # The plan folder changed after review: refused, naming it, by the probe and so by the trigger.
     doc["moves"][0]["to"] = [3, 2]
     (plan_dir / "plan.json").write_text(json.dumps(doc))
     changed = api.verify_probe(api.VerifyRequest(zk=env.connect, plan=plan_dir))
     assert changed["status"] == "failed" and "plan.json" in changed["message"], changed
+    failed = fire(30)
+    assert (failed["status"], failed["message"]) == ("failed", changed["message"])

@@ -704,27 +704,82 @@ def _request(cls: type[T], fields: dict[str, Any]) -> T:
 
 @shows_failures
 class VerifyOperator(BaseOperator):
-    """Wait until the cluster matches the plan (planner.api.verify); fails, naming the stalled partitions,
-    when it does not within `timeout` seconds. Read-only apart from removing the run's own throttles."""
+    """Wait until the cluster matches the plan, then finish it (planner.api.verify: preferred election, the run's
+    throttles removed, report.json); fails, naming the stalled partitions, when it does not converge within
+    `timeout` seconds. Read-only apart from the election and removing the run's own throttles.
+
+    Deferrable (the default): after one quick look (planner.api.verify_probe) the wait goes to the triggerer
+    (kplan_airflow.triggers.VerifyTrigger), so a waiting verify holds no worker slot and, in a pool that does
+    not count deferred tasks (the apply pool is made so), no pool slot; `execute_complete` is the short
+    finishing task. The deadline is fixed when the task starts, so a restarted scheduler or triggerer resumes
+    the same wait. `deferrable=False` waits in the worker, as verify did before (a deployment without a
+    triggerer)."""
 
     template_fields: Sequence[str] = ("zk_conn_id", "timeout")
     ui_color = "#e8fdf5"
 
-    def __init__(self, *, zk_conn_id: str = "zookeeper_default", timeout: Any = 600, **kwargs: Any) -> None:
+    def __init__(self, *, zk_conn_id: str = "zookeeper_default", timeout: Any = 600, deferrable: bool = True,
+                 poll_interval: float = 10.0, **kwargs: Any) -> None:
         kwargs.setdefault("pool", runs.apply_pool())
         super().__init__(**kwargs)
         self.zk_conn_id = zk_conn_id
         self.timeout = timeout
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        run = run_folder(context)
+    def _request(self, run: api.RunFolder, **fields: Any) -> api.VerifyRequest:
         target = _zk(self.zk_conn_id)
         # report.json goes to the run folder (the library's default for a plan in <run>/plan)
         # fail=False: a timeout returns converged=False (report.json written) so the review record says so
-        req = _request(api.VerifyRequest, {"zk": target.connect, "plan": run.plan, "wait": float(self.timeout),
-                                           "auth": target.auth, "fail": False})
+        return _request(api.VerifyRequest, {"zk": target.connect, "plan": run.plan, "auth": target.auth,
+                                            "fail": False, **fields})
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        run = run_folder(context)
         runs.update_review(run, status="verifying")
-        out = call("verify", api.verify, req, progress=_log_progress(self))
+        if not self.deferrable:
+            return self._finish(context, run, wait=float(self.timeout))
+        started = time.time()
+        status = call("verify", api.verify_probe, self._request(run))
+        if status["status"] == "failed":
+            raise AirflowFailException(str(status["message"]))
+        if status["status"] == "converged":
+            return self._finish(context, run, wait=float(self.timeout), since=started)
+        self._defer(run, status, started, started + float(self.timeout))
+        raise AssertionError("defer() returns only by raising")   # pragma: no cover
+
+    def _defer(self, run: api.RunFolder, status: dict[str, Any], started: float, deadline: float) -> None:
+        from datetime import timedelta
+
+        from kplan_airflow.triggers import VerifyTrigger
+
+        self.log.info("%s/%s partitions converged; waiting up to %.0f s in the triggerer (no worker slot held)",
+                      status.get("converged"), status.get("total"), max(0.0, deadline - time.time()))
+        self.defer(trigger=VerifyTrigger(zk_conn_id=self.zk_conn_id, plan=str(run.plan), started=started,
+                                         deadline=deadline, poll=float(self.poll_interval)),
+                   method_name="execute_complete",
+                   # a backstop only: the trigger fires "timeout" itself at the deadline, with the report
+                   timeout=timedelta(seconds=max(0.0, deadline - time.time()) + 300))
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Back from VerifyTrigger: the finishing task (verify's election, throttles, report), or the planner's
+        message."""
+        run = run_folder(context)
+        kind = event.get("status")
+        started, deadline = float(event["started"]), float(event["deadline"])
+        if kind == "failed":
+            runs.update_review(run, status="verify failed")
+            raise AirflowFailException(str(event.get("message")))
+        left = max(0.0, deadline - time.time())
+        if kind == "converged":
+            again = call("verify", api.verify_probe, self._request(run))
+            if again["status"] == "waiting" and left > 0:   # it fell back meanwhile (a broker left an ISR): wait on
+                self._defer(run, again, started, deadline)
+        return self._finish(context, run, wait=left if kind == "converged" else 0.0, since=started)
+
+    def _finish(self, context: Context, run: api.RunFolder, *, wait: float, since: float | None = None
+                ) -> dict[str, Any]:
+        out = call("verify", api.verify, self._request(run, wait=wait, since=since), progress=_log_progress(self))
         intent = out.report.get("intent")
         if intent is not None:
             runs.update_review(run, intent={k: intent[k] for k in ("holds", "brokers", "remaining_count", "next")})

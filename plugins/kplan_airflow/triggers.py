@@ -1,5 +1,11 @@
-"""Deferrable waits of the restart roll (kafka_broker_restart), run by the triggerer: no worker slot is held
-while a broker restarts or while a step waits for the ones before it.
+"""Deferrable waits, run by the triggerer: no worker slot is held while verify waits for the cluster to converge
+(VerifyTrigger) or while a broker of a restart roll restarts (RollTrigger).
+
+`VerifyTrigger` polls verify's own convergence test (planner.api.verify_probe: one read-only pass, no lock,
+no write) every `poll` seconds and fires "converged", "failed" (the planner's message: nothing a retry mends)
+or, at `deadline` (epoch seconds, so a restarted triggerer keeps the same one), "timeout". ZooKeeper
+unreachable meanwhile is logged and tried again. The task's `execute_complete` then runs verify itself, which
+elects, removes the throttles and writes the report (kplan_airflow.operators.VerifyOperator).
 
 `RollTrigger` polls the roll as the cluster records it (planner.api.roll_status: the roll record and every
 roll broker's registration in /brokers/ids, read-only) and fires once broker `broker` has registered again
@@ -23,6 +29,61 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
+async def zk_target(zk_conn_id: str) -> Any:
+    """The ZooKeeper connect string and credentials of connection `zk_conn_id`, read in the triggerer."""
+    from airflow.providers.common.compat.connection import get_async_connection
+
+    from kplan_airflow.hooks import ZkTarget, ZooKeeperHook, connect_string
+
+    conn = await get_async_connection(zk_conn_id, ZooKeeperHook)
+    auth = (conn.login, conn.password) if conn.login and conn.password else None
+    return ZkTarget(connect_string(conn.host, conn.port, conn.schema), auth)
+
+
+class VerifyTrigger(BaseTrigger):
+    def __init__(self, *, zk_conn_id: str, plan: str, started: float, deadline: float, poll: float = 10.0):
+        super().__init__()
+        self.zk_conn_id, self.plan = zk_conn_id, plan
+        self.started, self.deadline, self.poll = float(started), float(deadline), float(poll)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("kplan_airflow.triggers.VerifyTrigger",
+                {"zk_conn_id": self.zk_conn_id, "plan": self.plan, "started": self.started,
+                 "deadline": self.deadline, "poll": self.poll})
+
+    def _event(self, status: dict[str, Any]) -> TriggerEvent:
+        return TriggerEvent({**status, "started": self.started, "deadline": self.deadline})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from planner import api
+
+        target = await zk_target(self.zk_conn_id)
+        req = api.VerifyRequest(zk=target.connect, plan=Path(self.plan), auth=target.auth)
+        last: dict[str, Any] = {"status": "waiting"}
+        said = None
+        while True:
+            try:
+                status = await asyncio.to_thread(api.verify_probe, req)
+            except api.PlannerError as e:   # verify_probe raises only what a retry can mend
+                self.log.warning("verify of %s: convergence not readable now (%s); trying again", self.plan, e)
+                status = None
+            if status is not None:
+                if status["status"] in ("converged", "failed"):
+                    yield self._event(status)
+                    return
+                last = status
+                counts = (status["converged"], status["total"])
+                if counts != said:
+                    self.log.info("verify of %s: %s/%s partitions converged; waiting (pending: %s)", self.plan,
+                                  *counts, ", ".join(status["pending"]))
+                    said = counts
+            left = self.deadline - time.time()
+            if left <= 0:
+                yield self._event({**last, "status": "timeout"})
+                return
+            await asyncio.sleep(min(self.poll, left))
+
+
 class RollTrigger(BaseTrigger):
     def __init__(self, *, zk_conn_id: str, plan: str, step: int, broker: int, czxid: int | None = None,
                  timeout: float = 900.0, poll: float = 2.0, started: float | None = None):
@@ -39,13 +100,7 @@ class RollTrigger(BaseTrigger):
                  "started": self.started})
 
     async def _target(self) -> Any:
-        from airflow.providers.common.compat.connection import get_async_connection
-
-        from kplan_airflow.hooks import ZkTarget, ZooKeeperHook, connect_string
-
-        conn = await get_async_connection(self.zk_conn_id, ZooKeeperHook)
-        auth = (conn.login, conn.password) if conn.login and conn.password else None
-        return ZkTarget(connect_string(conn.host, conn.port, conn.schema), auth)
+        return await zk_target(self.zk_conn_id)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from planner import api
