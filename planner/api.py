@@ -420,22 +420,13 @@ def roll(req: RollRequest, *, progress: ProgressFn | None = None, restart: Calla
     gates and its leadership restored, then the undo. Locked like apply and resumable; stops at the first
     failed gate (NotConverged / SafetyRefusal, exit 1) saying what to do next. `mark` ("paused", "running",
     "stopped", with a `reason`) records a person's say between brokers instead of running anything."""
-    from planner.execution.roll import RollOptions, roll_folder, roll_step
-
-    if restart is not None and req.restart_command is not None:
-        raise BadInput("give a restart command or a restart callable, not both")
-    opts = RollOptions(throttle=req.throttle, poll=req.poll, restart_timeout=req.restart_timeout,
-                       gate_timeout=req.gate_timeout, lock_wait=req.lock_wait, keep_temporary=req.keep_temporary,
-                       pause=req.pause, restart=restart, wait_restart=req.wait_restart, run=req.run,
-                       reason=req.reason, stop=req.stop)
+    from planner.execution.roll import roll_folder, roll_step
 
     def relay(p: Any) -> None:
         if progress is not None:
             progress(Progress("roll", p.message, p.done, p.total, p.as_dict()))
 
-    r = roll_step(req.zk, req.plan, opts, restart_command=req.restart_command, command_timeout=req.command_timeout,
-                  auth=req.auth, connect_timeout=req.timeout, out=req.out, progress=relay, part=req.part,
-                  step=req.step, mark=(mark, reason) if mark is not None else None, no_throttle=req.no_throttle)
+    r = roll_step(req, progress=relay, restart=restart, mark=(mark, reason) if mark is not None else None)
     return RollOutcome(roll_folder(req.plan, req.out), r.plan_id, r.state, r.steps_done, r.steps_total, r.message,
                        tuple(r.warnings), tuple(r.cannot_move), r.kept_temporary, r.resumed, r.seconds, r.broker,
                        r.czxid)

@@ -41,6 +41,7 @@ from planner.errors import BadInput, NoThrottle, PlannerError, SafetyRefusal
 from planner.execution.progress import write_json_atomic
 from planner.execution.roller import Roll
 from planner.execution.rollrecord import RECORDS, RollOptions, RollResult, status
+from planner.requests import RollRequest
 from planner.runfolder import check_records, records_folder
 
 __all__ = ["Roll", "RollOptions", "RollResult", "command_restarter", "registrations", "roll_folder", "roll_step",
@@ -91,25 +92,27 @@ def roll_folder(plan_path: Path | str, out: Path | str | None) -> Path:
     return Path(out) if out is not None else records_folder(plan_path) / "roll"
 
 
-def roll_step(zk: str, plan_path: Path | str, options: RollOptions, *, restart_command: str | None = None,
-              command_timeout: float = 600.0, auth: tuple[str, str] | None = None, connect_timeout: float = 10.0,
-              out: Path | str | None = None, progress: Callable[[Any], None] | None = None,
-              part: str | None = None, step: int | None = None, mark: tuple[str, str] | None = None,
-              no_throttle: bool = False) -> RollResult:
-    """The roll as a whole step: read and check the plan (before any connection), open the session, run the
-    roll, write `<run>/roll/outcome.json` (progress.json while it runs)."""
+def roll_step(req: RollRequest, *, progress: Callable[[Any], None] | None = None,
+              restart: Callable[[int], None] | None = None, mark: tuple[str, str] | None = None) -> RollResult:
+    """The roll as a whole step, for a RollRequest as it is: read and check the plan (before any connection),
+    open the session, run the roll (or record a person's `mark`), write `<run>/roll/outcome.json`
+    (progress.json while it runs). `restart`: a callable that restarts a broker (an embedder's; else
+    `req.restart_command`, or someone else does). The roll's options are built here; nothing given is changed."""
     from dataclasses import asdict
 
     from planner.plan_model import apply_schedule, read_plan
 
-    for name, value in (("poll", options.poll), ("restart timeout", options.restart_timeout),
-                        ("gate timeout", options.gate_timeout)):
+    zk, plan_path, out, part, restart_command = req.zk, req.plan, req.out, req.part, req.restart_command
+    if restart is not None and restart_command is not None:
+        raise BadInput("give a restart command or a restart callable, not both")
+    for name, value in (("poll", req.poll), ("restart timeout", req.restart_timeout),
+                        ("gate timeout", req.gate_timeout)):
         if not value > 0:
             raise BadInput(f"{name} must be positive, got {value}")
-    if options.lock_wait < 0:
-        raise BadInput(f"lock wait must be zero or more, got {options.lock_wait}")
-    if options.throttle is not None and options.throttle < 1:
-        raise BadInput(f"throttle must be at least 1 byte/s, got {options.throttle}")
+    if req.lock_wait < 0:
+        raise BadInput(f"lock wait must be zero or more, got {req.lock_wait}")
+    if req.throttle is not None and req.throttle < 1:
+        raise BadInput(f"throttle must be at least 1 byte/s, got {req.throttle}")
     zkmod.parse_connect(zk)
     plan = read_plan(plan_path)
     if plan.kind != "restart":
@@ -117,26 +120,29 @@ def roll_step(zk: str, plan_path: Path | str, options: RollOptions, *, restart_c
                        "apply this one with `kplan apply`")
     if restart_command is not None:
         _check_template(restart_command)
-    if options.throttle is not None and no_throttle:
+    if req.throttle is not None and req.no_throttle:
         raise BadInput("give either a throttle or no_throttle, not both")
     if part in (None, "protect") and mark is None:
         # the temporary replicas copy data: never at full speed by accident (docs/APPLY.md "Throttles")
-        refusal = apply_schedule(plan, options.throttle, no_throttle).refusal
+        refusal = apply_schedule(plan, req.throttle, req.no_throttle).refusal
         if refusal:
             raise NoThrottle(refusal)
     if part not in (None, "protect", "step", "finish"):
         raise BadInput(f"part must be protect, step or finish, got {part!r}")
     folder = check_records(roll_folder(plan_path, out), plan.id, RECORDS, Path(plan_path),
                            "--out" if out is not None else "the roll's records folder", out is not None)
-    options.progress_file = folder / "progress.json"
-    options.run = options.run or str(records_folder(plan_path))
-    with zkmod.session(zk, auth=auth, timeout=connect_timeout) as client:
+    with zkmod.session(zk, auth=req.auth, timeout=req.timeout) as client:
         zkmod.require_kafka(client)
         if restart_command is not None:
-            options.restart = command_restarter(restart_command, command_timeout,
-                                                registrations(client, [int(b) for b in plan.section("roll")["order"]]))
+            restart = command_restarter(restart_command, req.command_timeout,
+                                        registrations(client, [int(b) for b in plan.section("roll")["order"]]))
+        options = RollOptions(throttle=req.throttle, poll=req.poll, restart_timeout=req.restart_timeout,
+                              gate_timeout=req.gate_timeout, lock_wait=req.lock_wait,
+                              keep_temporary=req.keep_temporary, pause=req.pause, restart=restart,
+                              wait_restart=req.wait_restart, progress_file=folder / "progress.json",
+                              run=req.run or str(records_folder(plan_path)), reason=req.reason, stop=req.stop)
         roll = Roll(client, plan, options, progress)
-        result = roll.mark(mark[0], mark[1]) if mark is not None else roll.run(part, step)
+        result = roll.mark(mark[0], mark[1]) if mark is not None else roll.run(part, req.step)
     write_json_atomic(folder / "outcome.json", {"command": "roll", **asdict(result)})   # names its plan (plan_id)
     return result
 
