@@ -178,15 +178,7 @@ class RunRecord:
             self.event(note)
 
     def move_unit(self, i: int, to: str, note: str | None = None) -> None:
-        u = self.units[i]
-        ensure(UNIT_TRANSITIONS, f"unit {i} of plan {self.plan_id}", u.state, to)
-        u.state = to
-        if to == SUBMITTED:
-            u.submitted_at = now()
-        elif to == COMPLETED:
-            u.completed_at = now()
-        if note:
-            self.event(note)
+        self._move(UNIT_TRANSITIONS, f"unit {i} of plan {self.plan_id}", self.units[i], to, note)
 
     def begin_revert(self, unit: int) -> None:
         """A revert of `unit` starts (pending); the run is reverting."""
@@ -198,11 +190,16 @@ class RunRecord:
         rev = self.revert
         if rev is None:
             raise IllegalTransition(f"run of plan {self.plan_id}: no revert recorded to move to {to}")
-        ensure(REVERT_TRANSITIONS, f"revert of unit {rev.unit} of plan {self.plan_id}", rev.state, to)
-        rev.state = to
+        self._move(REVERT_TRANSITIONS, f"revert of unit {rev.unit} of plan {self.plan_id}", rev, to, note)
+
+    def _move(self, table: dict[str, frozenset[str]], what: str, rec: UnitRecord | RevertRecord, to: str,
+              note: str | None) -> None:
+        """A unit's or the revert's legal move, stamping when it was submitted or completed."""
+        ensure(table, what, rec.state, to)
+        rec.state = to
         if to == SUBMITTED:
-            rev.submitted_at = now()
+            rec.submitted_at = now()
         elif to == COMPLETED:
-            rev.completed_at = now()
+            rec.completed_at = now()
         if note:
             self.event(note)

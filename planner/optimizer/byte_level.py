@@ -14,6 +14,19 @@ from planner.optimizer.problem import Problem, rack_masks
 from planner.optimizer.state import State, apply_move, bytes_per_broker, is_new
 
 
+def _levels(pb: Problem, st: State, eligible: np.ndarray, tolerance: float):
+    """What both levellers start from: the eligible brokers, the sizes (unknown as 0), the bytes per broker,
+    their mean and the tolerance in bytes, the racks each partition needs and the brokers' rack bits; None
+    when fewer than two brokers can take part."""
+    e_idx = np.flatnonzero(eligible)
+    if len(e_idx) < 2:
+        return None
+    sizes = np.maximum(pb.sizes, 0)
+    load = bytes_per_broker(st.final, sizes, pb.num_brokers)
+    mean = load[e_idx].mean()
+    return e_idx, sizes, load, mean, tolerance * mean, required_racks(pb, eligible), pb.rack_bits()
+
+
 def level_bytes(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, budget_b: int,
                   tolerance: float = 0.05) -> int:
     """Best-fit moves from the fullest to the emptiest broker until all are within `tolerance` of the mean.
@@ -21,16 +34,11 @@ def level_bytes(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, bud
     A replica this plan already moves may move again (to a third broker, or back): that changes where it
     lands, not how many replicas or bytes the plan moves, so fixing the receivers among themselves is free.
     """
-    B = pb.num_brokers
-    e_idx = np.flatnonzero(eligible)
-    if len(e_idx) < 2:
+    lv = _levels(pb, st, eligible, tolerance)
+    if lv is None:
         return 0
-    sizes = np.maximum(pb.sizes, 0)
-    load = bytes_per_broker(st.final, sizes, B)
-    mean = load[e_idx].mean()
-    tol = tolerance * mean
-    req = required_racks(pb, eligible)
-    bits = pb.rack_bits()
+    B = pb.num_brokers
+    e_idx, sizes, load, mean, tol, req, bits = lv
     f = st.final
     mov = (f >= 0) & eligible[np.maximum(f, 0)] & ~pb.fixed[:, None]
     ri, si = np.nonzero(mov)
@@ -145,16 +153,10 @@ def swap_bytes(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, budg
     in size is closest to the smaller of the two gaps and below their difference (so the sum of squared
     deviations falls and swaps cannot cycle); a planned leader moves only where its topic has room. Returns
     the swaps made."""
-    B = pb.num_brokers
-    e_idx = np.flatnonzero(eligible)
-    if len(e_idx) < 2:
+    lv = _levels(pb, st, eligible, tolerance)
+    if lv is None:
         return 0
-    sizes = np.maximum(pb.sizes, 0)
-    load = bytes_per_broker(st.final, sizes, B)
-    mean = load[e_idx].mean()
-    tol = tolerance * mean
-    req = required_racks(pb, eligible)
-    bits = pb.rack_bits()
+    e_idx, sizes, load, mean, tol, req, bits = lv
     swaps = 0
     blocked: set[tuple[int, int]] = set()
     pools = _pools(pb, st)
