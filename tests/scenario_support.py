@@ -48,6 +48,7 @@ from planner.sandbox.workload import Workload
 ROOT = Path(__file__).resolve().parents[1]
 BROKERS = [{"id": i, "rack": f"r{(i - 1) % 3 + 1}"} for i in range(1, 6)]
 PARTITION_BYTES = 1_500_000
+CANCEL_EXTRA_BYTES = 3_500_000   # the cancel scenarios' first data batch: see cancel_mid_batch
 THROTTLE = 700_000          # bytes/s: a 1.5 MB copy takes ~2 s, long enough to act mid-batch
 RATE = 100.0                # messages/s over all of a scenario's partitions
 TRANSIENT_S = 5.0           # longest offline interval allowed where only leadership moves (an election)
@@ -385,7 +386,12 @@ def apply_killed_then_resumed(s: Stage) -> dict[str, Any]:
 def cancel_mid_batch(s: Stage, revert: bool = False) -> dict[str, Any]:
     s.plan()
     data = s.data_units()
-    bg = s.apply_in_background(throttle=THROTTLE // 3)   # ~6 s of copying: the cancel lands mid-batch
+    # Kafka's replication quota lets ~10 x its rate (plus one fetch of up to replica.fetch.max.bytes, 1 MiB) through
+    # at once: the rate is measured over a window padded to (quota.window.num - 1) x 1 s = 10 s. At 233 kB/s a
+    # 1.5 MB partition finished 0.2 s after its submission, before the cancel (and a watch-driven apply noticed at
+    # once). 3.5 MB more in the first data batch's partitions keeps it copying for ~15 s: the cancel lands mid-batch.
+    s.sb.produce({(t, p): CANCEL_EXTRA_BYTES for t, p in s.doc["batches"][data[0]]["partitions"]})
+    bg = s.apply_in_background(throttle=THROTTLE // 3)
     s.wait_copying(data[0])
     s.workload.mark("cancel" + (" --revert" if revert else ""))
     c = api.cancel(api.CancelRequest(zk=s.sb.connect_string, plan=s.run.plan, revert=revert, wait=120, poll=0.2))
