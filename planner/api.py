@@ -221,22 +221,18 @@ def risk_submit(req: RiskRequest) -> RiskSubmit:
     """Validate `req` exactly as `risk` does (BadInput, nothing written, no JVM) and describe its submit.
     The caller runs spark-submit with its own master; the job writes `req.out` (give it a temporary folder
     and rename it on success, as `risk` does through runfolder.step_output)."""
-    import os
-
     from planner import risk as risk_lib
-    from planner import risk_job as job
     from planner.risk_args import to_args
     from planner.risk_run import job_entry
+    from planner.spark import settings
 
     if req.zk is not None and req.plan is None:
         raise BadInput("re-reading the cluster for the risk (zk) needs a plan to score on it")
     risk_lib.prepare(req)
     if req.zk is not None:   # the job reads snapshots, never ZooKeeper: api.reread first
         req = replace(req, zk=None, auth=None)
-    conf = {k: v for k, v in job.CONF.items() if k != "spark.driver.memory"}
-    conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{job.log4j_file()} {job.JAVA_OPTIONS}"
-    memory = req.driver_memory or os.environ.get("KPLAN_SPARK_DRIVER_MEMORY") or job.CONF["spark.driver.memory"]
-    return RiskSubmit(job_entry(), tuple(to_args(req)), MappingProxyType(conf), memory)
+    return RiskSubmit(job_entry(), tuple(to_args(req)), MappingProxyType(settings.submit_conf()),
+                      settings.driver_memory(req.driver_memory))
 
 
 # ---------------------------------------------------------------------------------------------- plan

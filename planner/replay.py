@@ -1,6 +1,6 @@
 """Reference replay of Kafka's (ZooKeeper-mode) election rules, pure numpy: what a drain does, per partition.
 
-This is the executable reading of docs/KAFKA_ZK.md §2 that the Spark job (planner.risk_job) is tested
+This is the executable reading of docs/KAFKA_ZK.md §2 that the Spark job (planner.spark) is tested
 against, partition by partition, and that sandbox runs will be compared with. Every rule is one function:
 `offline_clean_election`, `offline_unclean_election`, `new_partition_leader`, `remove_from_isr`,
 `hard_failure`, `controlled_shutdown`, `return_brokers`. They work on a batch of partitions at once

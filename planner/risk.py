@@ -3,7 +3,7 @@
 `planner.api.risk` (what `kplan risk` and the Airflow task call) uses `prepare` here and
 planner.risk_run.run_risk. `prepare` checks every input before Spark starts (unknown broker ids or racks, an
 empty drain set, a missing or incompatible snapshot, a bad plan: BadInput, exit 2) and builds the scenario
-list (`build_scenarios`); run_risk then runs the Spark job (planner.risk_job, which builds on this module) in
+list (`build_scenarios`); run_risk then runs the Spark job (planner.spark.job, which builds on this module) in
 this process (default) or through `spark-submit` (any master). The job writes `scenarios.parquet`,
 `partitions.parquet` and `summary.json`; `format_report` turns the summary into the table an operator reads.
 

@@ -1,7 +1,7 @@
 """The drain-risk definitions, in one place: outcomes, effective min ISR, levels, score, scenario names.
 
 Two engines evaluate drains: the numpy reference replay (`planner.replay`) and the Spark job
-(planner.risk_job). Each replays Kafka's election rules in its own way, but neither defines what an
+(planner.spark). Each replays Kafka's election rules in its own way, but neither defines what an
 outcome *means*: both hand the same per-partition facts (new leader, new ISR size, RF, ...) to the
 expressions below, through a tiny expression language with two evaluators (`eval_numpy`, `to_spark`).
 So "under-min-ISR" or "critical" is written exactly once, and a change here changes both engines.

@@ -1,4 +1,4 @@
-"""Running the risk job (planner.risk_job): in this process, in a SparkSession of the caller's or one started
+"""Running the risk job (planner.spark.job): in this process, in a SparkSession of the caller's or one started
 for the call, or through `spark-submit` (any master). planner.api.risk calls `run_risk` with the request that
 planner.risk.prepare checked; the job itself builds on planner.risk, so this runner lives apart from it (no
 import cycle)."""
@@ -13,13 +13,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from planner.errors import BadInput
 from planner.requests import RiskRequest
 from planner.risk import DEFAULT_MASTER, Prepared, prepare
 from planner.risk_args import to_args
+from planner.spark.settings import submit_args
 from planner.text import count
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,8 @@ def run_risk(req: RiskRequest, prepared: Prepared | None = None, spark: Any = No
     """Validate (unless `prepared` is given), run the job (in-process with `spark` or a new local session;
     or spark-submit when the request says so), return the summary (also written to <out>/summary.json).
     Writes into `req.out` directly: planner.api.risk gives it a temporary folder (complete or absent)."""
-    from planner import risk_job as job
+    from planner.spark import job
+    from planner.spark import session as spark_session
 
     prepared = prepared or prepare(req)
     out = Path(req.out)
@@ -44,28 +45,21 @@ def run_risk(req: RiskRequest, prepared: Prepared | None = None, spark: Any = No
         return _submit(req, progress)
     # A session this call creates is this call's to stop (with its JVM, when it launched one); an existing
     # one (the caller's, or an active one getOrCreate returns) is left running.
-    own = spark is None and job.active_session() is None
-    launched = own and not job.gateway_running()
+    own = spark is None and spark_session.active_session() is None
+    launched = own and not spark_session.gateway_running()
     started = time.monotonic()
     try:
         if spark is None:
             progress(f"starting Spark ({req.master or os.environ.get('SPARK_MASTER') or DEFAULT_MASTER})")
-            spark = job.session(req.master, req.driver_memory)
+            spark = spark_session.session(req.master, req.driver_memory)
         summary = job.run(spark, prepared, out, progress=progress)
     finally:
         if launched:
-            job.shutdown(spark)      # the session and the JVM started for it, even when interrupted
+            spark_session.shutdown(spark)      # the session and the JVM started for it, even when interrupted
         elif own and spark is not None:
             spark.stop()
     progress(f"done in {time.monotonic() - started:.1f}s")
     return summary
-
-
-def load_job() -> ModuleType:
-    """The Spark job module (planner.risk_job; kept for callers written before the job moved into the package)."""
-    from planner import risk_job
-
-    return risk_job
 
 
 def job_entry() -> Path:
@@ -79,19 +73,10 @@ def spark_submit_command(req: RiskRequest) -> list[str]:
     """spark-submit (pyspark's own, so any installation has it) with the job's configuration."""
     import pyspark
 
-    from planner import risk_job as job
-
     exe = Path(pyspark.__file__).resolve().parent / "bin" / "spark-submit"
     cmd = [str(exe) if exe.exists() else "spark-submit"]
     master = req.master or os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
-    cmd += ["--master", master, "--driver-memory", req.driver_memory or os.environ.get(
-        "KPLAN_SPARK_DRIVER_MEMORY", "2g")]
-    for k, v in job.CONF.items():
-        if k != "spark.driver.memory":
-            cmd += ["--conf", f"{k}={v}"]
-    cmd += ["--conf", f"spark.driver.extraJavaOptions=-Dlog4j.configurationFile=file:{job.log4j_file()} "
-            f"{job.JAVA_OPTIONS}"]
-    return cmd + [str(job_entry()), *to_args(req)]
+    return [*cmd, "--master", master, *submit_args(req.driver_memory), str(job_entry()), *to_args(req)]
 
 
 def _submit(req: RiskRequest, progress: Callable[[str], None]) -> dict[str, Any]:

@@ -15,11 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plan_support import write_plan_folder
 
-from planner import api, cli, replay, risk, risk_job
+from planner import api, cli, replay, risk
 from planner import risk_model as rm
 from planner import snapshot_io as sio
 from planner.cluster import parse_cluster
 from planner.codec import ReassignEntry
+from planner.spark import job, zk_election
+from planner.spark.session import session as spark_session
 
 pytestmark = pytest.mark.spark
 REPO = Path(__file__).resolve().parent.parent
@@ -28,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def spark():
     """One local Spark session for the whole test session (the job and `kplan risk` in-process reuse it)."""
-    session = risk_job.session("local[2]")
+    session = spark_session("local[2]")
     yield session
     session.stop()
 
@@ -108,7 +110,7 @@ def test_spark_job_agrees_with_reference_on_every_partition_of_every_scenario(sp
         req = api.RiskRequest(snapshot=snap, out=Path(tmp) / "risk", drains=(drain,), all_brokers=True,
                               all_racks=True, kafka_version=version)
         prepared = risk.prepare(req, plan_entries=moves or None)
-        risk_job.run(spark, prepared, req.out)
+        job.run(spark, prepared, req.out)
         state = replay.ClusterState.from_snapshot(snap)
         ref = replay.replay(state, prepared.scenarios, version, state.with_plan(moves) if moves else None)
         assert_same(Path(req.out), ref)
@@ -127,13 +129,13 @@ def test_spark_job_agrees_with_reference_on_restart_rolls(spark, case):
         req = api.RiskRequest(snapshot=snap, out=Path(tmp) / "risk", kafka_version=version)
         prepared = risk.prepare(req, plan_entries=moves, restart_order=order)
         assert {s.kind for s in prepared.scenarios} == {"rolling", "restart"}
-        risk_job.run(spark, prepared, req.out)
+        job.run(spark, prepared, req.out)
         state = replay.ClusterState.from_snapshot(snap)
         assert_same(Path(req.out), replay.replay(state, prepared.scenarios, version, state.with_plan(moves)))
 
 
 def test_spark_visits_dying_brokers_in_kafkas_order(spark):
-    """risk_job.visit_order (SQL expressions on the scenario rows) against planner.scala_hashmap, which
+    """zk_election.visit_order (SQL expressions on the scenario rows) against planner.scala_hashmap, which
     tests/test_scala_hashmap_order.py holds to the scala-library Kafka ships: small, dense, sparse and large
     id sets, and deep tries (thousands of keys sharing low hash bits)."""
     import numpy as np
@@ -148,7 +150,7 @@ def test_spark_visits_dying_brokers_in_kafkas_order(spark):
     sets += [rng.choice(20_000, size=1500, replace=False).tolist()]
     df = spark.createDataFrame(pa.table({"i": pa.array(range(len(sets)), pa.int32()),
                                          "keys": pa.array(sets, pa.list_(pa.int32()))}))
-    got = {r["i"]: r["o"] for r in df.select("i", risk_job.visit_order(F.col("keys")).alias("o")).collect()}
+    got = {r["i"]: r["o"] for r in df.select("i", zk_election.visit_order(F.col("keys")).alias("o")).collect()}
     wrong = [(s, got[i]) for i, s in enumerate(sets) if got[i] != scala_hashmap.visit_order(s)]
     assert not wrong, f"{len(wrong)} of {len(sets)} differ, first: {wrong[0]}"
     assert got[0] == [5, 1, 6, 2, 3, 4]
@@ -174,7 +176,7 @@ def test_spark_job_agrees_with_reference_on_the_realistic_bench_state(spark, tmp
     snap = synth.to_snapshot(c, tmp_path / "snap")
     req = api.RiskRequest(snapshot=snap, out=tmp_path / "risk", all_brokers=True, all_racks=True)
     prepared = risk.prepare(req)
-    risk_job.run(spark, prepared, req.out)
+    job.run(spark, prepared, req.out)
     state = replay.ClusterState.from_snapshot(sio.read_snapshot(snap))
     assert_same(req.out, replay.replay(state, prepared.scenarios, prepared.kafka_version))
 
@@ -281,7 +283,7 @@ def test_a_partition_whose_state_is_unknown_is_counted_never_scored(spark, tmp_p
     s = sio.Snapshot(None, s.manifest, s.brokers, s.topics, parts)
     req = api.RiskRequest(snapshot=s, out=tmp_path / "r", drains=((1,), (2,)), modes=("failure",))
     prepared = risk.prepare(req)
-    summary = risk_job.run(spark, prepared, req.out)
+    summary = job.run(spark, prepared, req.out)
     assert summary["unknown_state"]["partitions"] == 1
     assert {x["name"]: x["unknown"] for x in summary["scenarios"]} == {"drain 1 [failure]": 1,
                                                                        "drain 2 [failure]": 1}

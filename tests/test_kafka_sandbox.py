@@ -19,12 +19,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from planner import api, cli, risk_run
+from planner import api, cli
 from planner.errors import BadInput
 from planner.kafka.broker import find_brokers
 from planner.kafka.tools import reassign, verify_status
 from planner.sandbox import Sandbox
 from planner.snapshot import take_snapshot
+from planner.spark.session import session as spark_session
 from planner.zkserver import pid_alive
 from tests.kafka_support import REAL, Real, poll, racks
 
@@ -93,7 +94,7 @@ def test_seed_incident_kill_of_broker_1_as_kplan_risk_predicted(real, tmp_path):
     real.topic("seed-wide", [2, 1, 3])
     take_snapshot(real.sb.connect_string, tmp_path / "snap")
     req = api.RiskRequest(snapshot=tmp_path / "snap", out=tmp_path / "risk", drains=((1,),), modes=("failure",))
-    outcome = api.risk(req, spark=risk_run.load_job().session("local[2]"), progress=lambda m: None)
+    outcome = api.risk(req, spark=spark_session("local[2]"), progress=lambda m: None)
     assert outcome.level == "critical"
     rows = {(r["topic"], r["partition"]): r for r in
             pq.read_table(tmp_path / "risk" / "partitions.parquet").to_pylist() if r["scenario_id"] == 0}

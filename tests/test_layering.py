@@ -3,6 +3,9 @@
 | path     | may import                                                                          |
 | planner/ | stdlib, kazoo, pandas, pyarrow, numpy, ortools; never airflow, never pyspark at module level |
   (plus kafka-python inside functions: the real-Kafka sandbox engine's client, pinned in pyproject.toml)
+| planner/spark/ | the same, and pyspark at module level (the risk job); its settings module no pyspark |
+  (the rest of planner/ imports planner.spark's Spark modules inside functions only, so importing the planner
+  never loads pyspark)
 | spark/   | planner's pure parts (never the CLI), pyspark                                       |
 | dags/    | airflow, planner's facade (planner.api) and plan model only                          |
 | plugins/ | airflow, planner's facade and plan model only (+ the web stack the plugin serves with) |
@@ -74,18 +77,42 @@ def test_the_checker_sees_what_it_must(tmp_path):
                    ("planner.api", True)}
 
 
+SPARK_PACKAGE = REPO / "planner" / "spark"
+# pyspark-free modules of planner/spark/ (what validating a request and describing its spark-submit need)
+SPARK_FREE = {SPARK_PACKAGE / "__init__.py", SPARK_PACKAGE / "settings.py", SPARK_PACKAGE / "jvms.py"}
+# the spark-submit entry inside the package: run by spark-submit, never imported by the planner
+SPARK_ENTRIES = {REPO / "planner" / "jobs" / "drain_risk.py"}
+
+
 def test_planner_never_imports_airflow_nor_pyspark_at_module_level():
+    """pyspark at module level only in planner/spark/ (the risk job, issue 23 item 3)."""
     bad = []
     for f in files("planner"):
+        in_spark = f.parent == SPARK_PACKAGE and f not in SPARK_FREE
         for mod, top, line in imports(f):
             r = root(mod)
             where = f"{f.relative_to(REPO)}:{line} imports {mod}"
-            if r == "airflow" or (r in FUNCTION_LEVEL_ONLY and top):
+            if r == "airflow" or (r in FUNCTION_LEVEL_ONLY and top and not (r == "pyspark" and in_spark)):
                 bad.append(where)
+            elif r == "pyspark" and f in SPARK_FREE:
+                bad.append(where + " (this module of planner/spark/ must work without Spark)")
             elif r not in STDLIB and r != "planner" and r not in PLANNER_THIRD_PARTY:
                 bad.append(where + " (not in docs/DESIGN.md's list for planner/)")
     assert not bad, "\n".join(bad)
 
+
+
+def test_only_the_spark_package_loads_the_spark_modules():
+    """Outside planner/spark/ (and its spark-submit entry), the Spark modules are imported inside functions
+    only, so no module of the planner loads pyspark when it is imported; the settings are pyspark-free."""
+    bad = []
+    for f in files("planner"):
+        if f.parent == SPARK_PACKAGE or f in SPARK_ENTRIES:
+            continue
+        for mod, top, line in imports(f):
+            if top and mod.startswith("planner.spark") and mod not in {"planner.spark", "planner.spark.settings"}:
+                bad.append(f"{f.relative_to(REPO)}:{line} imports {mod} at module level")
+    assert not bad, "\n".join(bad)
 
 def test_spark_jobs_import_the_package_never_the_cli():
     assert files("spark"), "spark/ holds the spark-submit entry"

@@ -1,8 +1,8 @@
-"""spark-submit entry of the drain-risk job, inside the installed package (planner.risk_job does the work)."""
+"""spark-submit entry of the drain-risk job, inside the installed package (planner.spark.submit's `main`)."""
 
 import sys
 
-from planner.risk_job import main
+from planner.spark.submit import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,307 @@
+"""Drain risk as a Spark job: replay Kafka's election rules for every scenario on every affected partition.
+
+Functions that take a SparkSession and paths. In-process: `assess(spark, RiskRequest(snapshot=..., out=...))`,
+or `run(spark, prepared, out)` with a request planner.risk.prepare checked (what `kplan risk` does, through
+planner.risk_run). Through spark-submit (any master; in Airflow the Spark provider's SparkSubmitOperator),
+the application is `planner/jobs/drain_risk.py` in an installed package or `spark/drain_risk.py` in a
+checkout (its `main`), with the settings of planner.spark.settings:
+
+    spark-submit .../drain_risk.py --snapshot D --out D2 [--drain 1,2] [--drain-rack r1] [--all-brokers]
+        [--all-racks] [--mode controlled|failure|both] [--plan D3] [--kafka-version 3.7] [--force]
+
+Shape of the job (no cross product of partitions and scenarios, no Python UDF):
+  partitions --explode(replicas)--> (partition, broker) --broadcast join--> scenario brokers
+  --keep the first replica that is in the scenario--> one row per (scenario, affected partition)
+  --the rule set's stages (SQL array functions)--> new leader, new ISR, outcomes.
+Nearly every row is `solo` (the scenario takes one of the partition's brokers: every row of a single broker,
+and of a rack where replicas are placed on distinct racks): it removes that broker with array_remove, as
+each of Spark's set functions builds a hash set per row (the dominant task cost before, issue 22).
+The election rules are a rule set's (planner.spark.zk_election: planner.replay's, written as column
+expressions); the outcome definitions, levels and score come from planner.risk_model (the same expressions
+the numpy reference replay evaluates); the aggregation is planner.spark.aggregate.
+
+Outputs (column lists in planner.risk_model):
+  partitions.parquet  a Spark folder, one row per evaluated (scenario, partition): scenario_id, topic,
+                      partition, replicas, rf, eff_min_isr, leader/isr before, new_leader/new_isr after, the
+                      outcome flags (offline, under_min_isr, at_min_isr, under_replicated, unclean_taken,
+                      would_need_unclean, leadership_moved, rf1_hit, was_offline), severity 0-4, and for
+                      rolling steps returned_leader (the leader once the step's brokers came back)
+  scenarios.parquet   one row per scenario: id, name, kind, mode, state (current | plan), brokers, rack,
+                      rolling sequence/step, the outcome counts, survivors' leader load (max vs ideal),
+                      level (low | medium | high | critical), level_rank, score
+  summary.json        levels, the worst scenarios, the baseline health of each state, every scenario's
+                      figures, and the worst partitions of the requested scenarios and of the 20 worst
+                      sweep scenarios
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from functools import reduce
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import functions as F
+
+from planner import risk as risk_lib
+from planner import risk_model as rm
+from planner.requests import RiskRequest
+from planner.runfolder import step_output
+from planner.spark import zk_election
+from planner.spark.aggregate import aggregates, finish, listed_scenarios, worst_partitions
+from planner.spark.columns import STEP_OUT, apply_flat, frame, ints
+
+log = logging.getLogger(__name__)
+
+
+def rules(prepared: risk_lib.Prepared) -> ModuleType:
+    """The election rule set for the snapshot's controller: ZooKeeper's (the only one today; KRaft's joins
+    here, chosen by the snapshot's mode, issue 24)."""
+    return zk_election
+
+
+# ------------------------------------------------------------------------------------------ inputs
+def load_partitions(spark: Any, prepared: risk_lib.Prepared) -> Any:
+    """One row per (state, partition): state 'current' from the snapshot, 'plan' once the plan completed
+    (replicas = ISR = target, leader = target[0]), with the topic's min ISR and unclean setting joined in."""
+    info = prepared.info
+    cols = ["topic", "partition", "replicas", "isr", "leader", "has_state"]
+    if info.in_memory:
+        t = info.partitions
+        if prepared.unknown:   # a partition whose state is unknown is counted apart, never scored
+            t = t.filter(t.column("state_error").is_null())
+        t = t.select(cols)
+        t = t.set_column(0, "topic", t.column("topic").cast(pa.string()))
+        parts = spark.createDataFrame(t)
+    else:
+        f = info.path / "partitions.parquet"
+        parts = spark.read.parquet(str(f))
+        if prepared.unknown:
+            parts = parts.where(F.col("state_error").isNull())
+        parts = parts.select(*cols)
+        # Spark splits a Parquet file by row groups: with fewer row groups than cores, spread the rows
+        # over the cores first (a shuffle of the partitions table, small next to the evaluation).
+        cores = spark.sparkContext.defaultParallelism
+        if pq.ParquetFile(f).metadata.num_row_groups < cores:
+            parts = parts.repartition(cores * 2)
+    topics = spark.createDataFrame(info.topics.select(["topic", "min_insync_replicas", "unclean_leader_election"]))
+    parts = (parts.join(F.broadcast(topics), "topic", "left")
+             .select(*cols,
+                     F.coalesce("min_insync_replicas", F.lit(1)).cast("int").alias("min_isr"),
+                     F.coalesce("unclean_leader_election", F.lit(False)).alias("unclean"))
+             .withColumn("state", F.lit("current")))
+    if prepared.plan_entries is not None:
+        plan = spark.createDataFrame(
+            pa.table({"topic": pa.array([e.topic for e in prepared.plan_entries], pa.string()),
+                      "partition": pa.array([e.partition for e in prepared.plan_entries], pa.int32()),
+                      "target": pa.array([list(e.replicas) for e in prepared.plan_entries], pa.list_(pa.int32()))}))
+        after = (parts.join(F.broadcast(plan), ["topic", "partition"], "left")
+                 .select("topic", "partition",
+                         F.coalesce("target", "replicas").alias("replicas"),
+                         F.coalesce("target", "isr").alias("isr"),
+                         F.when(F.col("target").isNotNull(), F.get("target", 0)).otherwise(F.col("leader")).alias("leader"),
+                         (F.col("has_state") | F.col("target").isNotNull()).alias("has_state"),
+                         "min_isr", "unclean", F.lit("plan").alias("state")))
+        parts = parts.unionByName(after)
+    return parts.withColumn("rf", F.size("replicas"))
+
+
+_INTS = pa.list_(pa.int32())
+_STEP = pa.struct([("sid", pa.int32()), ("s", _INTS), ("down", _INTS), ("ev", _INTS)])
+_MODE = pa.struct([("sid", pa.int32()), ("mode", pa.string())])
+
+
+def hosting(prepared: risk_lib.Prepared) -> dict[str, set[int]]:
+    """Per state, the brokers holding a replica of an evaluated partition of a topic not queued for deletion:
+    the brokers whose death takes replicas offline, so the keys of the controller's per-broker HashMap
+    (planner.replay.ClusterState.hosting_ids, computed here from the snapshot's columns)."""
+    info = prepared.info
+    t = info.partition_columns(["topic", "partition", "replicas", "state_error"])
+    topic = t.column("topic")
+    topic = pc.cast(topic, pa.string()) if pa.types.is_dictionary(topic.type) else topic
+    deleting = [n for n, d in zip(info.topics.column("topic").to_pylist(),
+                                  info.topics.column("queued_for_deletion").to_pylist(), strict=True) if d]
+    keep = pc.and_(pc.is_null(t.column("state_error")),
+                   pc.invert(pc.is_in(topic, value_set=pa.array(deleting, pa.string()))))
+    reps = pc.filter(t.column("replicas"), keep)
+    out = {"current": set(pc.unique(pc.list_flatten(reps)).to_pylist())}
+    if prepared.plan_entries is not None:
+        entries = [e for e in prepared.plan_entries if e.topic not in set(deleting)]
+        keys = pc.binary_join_element_wise(pc.filter(topic, keep),
+                                           pc.cast(pc.filter(t.column("partition"), keep), pa.string()), "\t")
+        moved = pc.is_in(keys, value_set=pa.array([f"{e.topic}\t{e.partition}" for e in prepared.plan_entries],
+                                                   pa.string()))
+        kept = pc.list_flatten(pc.filter(reps, pc.invert(moved)))
+        out["plan"] = set(pc.unique(kept).to_pylist()) | {b for e in entries for b in e.replicas}
+    return out
+
+
+
+def scenario_frames(spark: Any, scenarios: list[rm.Scenario], dead: list[int],
+                    holders: dict[str, set[int]] | None = None,
+                    visit_order: Callable[[Any], Any] = zk_election.visit_order) -> tuple[Any, Any]:
+    """(one-shot broker-set x broker rows, rolling sequence x broker rows) as small DataFrames.
+
+    One-shot scenarios with the same brokers and state (the modes of one drain) form one group: a
+    partition is joined and its election candidates computed once per group, then split per mode. A
+    restart step is one-shot too, with its broker demoted first (`demote`). `ev`: the brokers whose death is
+    the scenario's controller event (registered, holding a replica in the state: `holders`), in the order
+    Kafka visits them (`visit_order`)."""
+    gone_dead = set(dead)
+
+    def event(state: str, bs: list[int]) -> list[int]:
+        return [b for b in bs if b not in gone_dead and (holders is None or b in holders.get(state, ()))]
+
+    groups: dict[tuple[str, tuple[int, ...], bool], list[rm.Scenario]] = {}
+    for s in scenarios:
+        if s.kind != "rolling":  # s keeps the scenario's order: controlled shutdowns are requested in it
+            groups.setdefault((s.state, tuple(dict.fromkeys(s.brokers)), s.kind == "restart"), []).append(s)
+    one = [(state, list(bs), sorted(set(bs) | set(dead)), sorted(dead), [{"sid": x.id, "mode": x.mode} for x in members],
+            demote, event(state, list(bs))) for (state, bs, demote), members in groups.items()]
+    one_df = frame(spark, dict(zip(
+        ["state", "s", "down", "dead", "modes", "demote", "ev"],
+        [(t, [r[i] for r in one]) for i, t in enumerate([pa.string(), _INTS, _INTS, _INTS, pa.list_(_MODE),
+                                                          pa.bool_(), _INTS])],
+        strict=True)))
+    # the order once per group, then a row per broker of the group (the join key)
+    one_df = one_df.withColumn("ev", visit_order(F.col("ev"))).select("*", F.explode("s").alias("broker"))
+    seqs: dict[int, list[rm.Scenario]] = {}
+    for s in scenarios:
+        if s.kind == "rolling":
+            seqs.setdefault(s.sequence, []).append(s)
+    roll = []
+    for steps in seqs.values():
+        steps.sort(key=lambda x: x.step)
+        union = sorted({b for x in steps for b in x.brokers})
+        st = [{"sid": x.id, "s": list(x.brokers), "down": sorted(set(x.brokers) | set(dead)),
+               "ev": event(x.state, list(x.brokers))} for x in steps]
+        for b in union:
+            roll.append((steps[0].sequence, steps[0].state, steps[0].mode, union, st, b))
+    roll_df = frame(spark, dict(zip(
+        ["sequence", "state", "mode", "s", "steps", "broker"],
+        [(t, [r[i] for r in roll]) for i, t in enumerate([pa.int32(), pa.string(), pa.string(), _INTS,
+                                                          pa.list_(_STEP), pa.int32()])], strict=True)))
+    roll_df = roll_df.withColumn("steps", F.transform("steps", lambda x: x.withField("ev", visit_order(x["ev"]))))
+    return one_df, roll_df
+
+
+def _affected(parts: Any, table: Any, width: int) -> Any:
+    """Partitions with a replica on the scenario's brokers, once each: explode the replicas, broadcast-join
+    the scenario brokers, keep the row of the first replica (assignment order) that is in the scenario.
+    `solo`: `broker` is the only one of the partition's brokers (replicas and ISR) that the scenario takes
+    away, as for every partition of a single broker's scenario and, with replicas placed on distinct racks,
+    of a rack's; the election stages then remove that one broker instead of intersecting arrays. `width`:
+    the longest replica or ISR list. Written as scans of `s` per list position, so no row builds a hash set."""
+    x = parts.select("*", F.posexplode("replicas").alias("_pos", "broker"))
+    j = x.join(F.broadcast(table), ["state", "broker"])
+
+    def taken(v: Any) -> Any:
+        return F.coalesce(F.array_contains("s", v), F.lit(False))
+
+    def all_of(conds: list[Any]) -> Any:
+        return reduce(lambda a, b: a & b, conds, F.lit(True))
+
+    first = all_of([(F.col("_pos") <= i) | ~taken(F.get("replicas", i)) for i in range(width - 1)])
+    others = [F.get(arr, i) for arr in ("replicas", "isr") for i in range(width)]
+    solo = all_of([F.coalesce(v == F.col("broker"), F.lit(True)) | ~taken(v) for v in others])
+    return j.where(first).withColumn("solo", solo).drop("_pos")
+
+
+_ROW = ["scenario_id", "topic", "partition", "replicas", "rf", "min_isr", "unclean", "leader", "isr",
+        "new_leader", "new_isr", "unclean_taken", "live_replica_exists", "returned_leader", "controlled",
+        "leader_gone", *STEP_OUT, "demoted_from"]
+
+
+def one_shot_rows(parts: Any, one_df: Any, width: int, rule_set: ModuleType) -> Any:
+    """One row per (one-shot scenario, affected partition), through the rule set's stages."""
+    j = rule_set.demote(_affected(parts, one_df, width))
+    # one row per mode: a controlled shutdown changes the state the election stages start from
+    j = j.select("*", F.explode("modes").alias("_m")).withColumns(
+        {"scenario_id": F.col("_m.sid"), "controlled": F.col("_m.mode") == "controlled",
+         "leader_gone": F.array_contains("s", F.col("leader"))})
+    return apply_flat(j, rule_set.STEP_STAGES).withColumn("returned_leader", F.lit(None).cast("int")).select(*_ROW)
+
+
+def rolling_rows(parts: Any, roll_df: Any, dead: list[int], width: int, rule_set: ModuleType) -> Any:
+    """Fold each partition's state through the sequence's steps; emit a row for every step that touches it."""
+    j = _affected(parts, roll_df, width).withColumns({"controlled": F.col("mode") == "controlled", "dead": ints(dead)})
+    folded = j.select("topic", "partition", "replicas", "rf", "min_isr", "unclean", "controlled",
+                      F.explode(rule_set.rolling_fold()).alias("o"))
+    return folded.select(F.col("o.sid").alias("scenario_id"), "topic", "partition", "replicas", "rf", "min_isr",
+                         "unclean", "o.leader", "o.isr", "o.new_leader", "o.new_isr", "o.unclean_taken",
+                         "o.live_replica_exists", "o.returned_leader", "controlled", "o.leader_gone",
+                         *[f"o.{k}" for k in STEP_OUT], F.lit(None).cast("int").alias("demoted_from")).select(*_ROW)
+
+
+def with_outcomes(rows: Any, kafka_version: str) -> Any:
+    """The outcome columns, from planner.risk_model's expressions."""
+    facts = rows.withColumns({"new_isr_size": F.size("new_isr"), "unclean_allowed": F.col("unclean"),
+                              "failure_mode": ~F.col("controlled")})
+    facts = facts.withColumn("eff_min_isr", rm.to_spark(rm.effective_min_isr(kafka_version)).cast("int"))
+    facts = facts.withColumns({k: rm.to_spark(e) for k, e in rm.OUTCOMES.items()})
+    facts = facts.withColumn("severity", rm.to_spark(rm.SEVERITY).cast("byte"))
+    return facts.select(*rm.ROW_COLUMNS)
+
+
+def list_width(prepared: risk_lib.Prepared) -> int:
+    """The longest replica or ISR list of either state (the plan's targets are both)."""
+    t = prepared.info.partition_columns(["replicas", "isr"])
+    lengths = [int(pc.max(pc.list_value_length(t.column(c))).as_py() or 0) for c in ("replicas", "isr")]
+    lengths += [len(e.replicas) for e in prepared.plan_entries or ()]
+    return max([1, *lengths])
+
+
+def evaluate(spark: Any, prepared: risk_lib.Prepared, parts: Any | None = None) -> Any:
+    """Every (scenario, affected partition) row with its outcome columns (risk_model.ROW_COLUMNS)."""
+    parts = parts if parts is not None else load_partitions(spark, prepared)
+    dead = sorted(b for b, ok in prepared.info.alive.items() if not ok)
+    rule_set = rules(prepared)
+    one_df, roll_df = scenario_frames(spark, prepared.scenarios, dead, hosting(prepared), rule_set.visit_order)
+    width = list_width(prepared)
+    rows = one_shot_rows(parts, one_df, width, rule_set)
+    if any(s.kind == "rolling" for s in prepared.scenarios):
+        rows = rows.unionByName(rolling_rows(parts, roll_df, dead, width, rule_set))
+    return with_outcomes(rows, prepared.kafka_version)
+
+
+def _log(message: str) -> None:
+    log.info("%s", message)
+
+
+def run(spark: Any, prepared: risk_lib.Prepared, out: Path | str,
+        progress: Callable[[str], None] = _log) -> dict[str, Any]:
+    """The whole job: evaluate, write partitions.parquet, aggregate from it, write scenarios and summary."""
+    started = time.monotonic()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    parts = load_partitions(spark, prepared)
+    rows = evaluate(spark, prepared, parts)
+    rows_path = str(out / "partitions.parquet")
+    rows.write.mode("overwrite").parquet(rows_path)
+    progress(f"partitions.parquet written ({time.monotonic() - started:.1f}s)")
+    written = spark.read.parquet(rows_path)
+    table, base, severities = finish(prepared, aggregates(spark, prepared, written, parts))
+    worst = worst_partitions(spark, written, severities, listed_scenarios(table)).toArrow()
+    pq.write_table(table, out / "scenarios.parquet")
+    summary = risk_lib.build_summary(prepared, table, worst, base, time.monotonic() - started)
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    tmp.replace(out / "summary.json")
+    progress(f"{summary['evaluated']} partition-scenarios evaluated, level {summary['level']}")
+    return summary
+
+
+def assess(spark: Any, req: RiskRequest, progress: Callable[[str], None] = _log) -> dict[str, Any]:
+    """Check the request, then run the job in `spark`, writing `req.out` completely or not at all."""
+    prepared = risk_lib.prepare(req)
+    inputs = tuple(Path(p) for p in (req.snapshot, req.plan) if isinstance(p, str | Path))
+    with step_output(req.out, req.force, inputs) as tmp:
+        return run(spark, prepared, tmp, progress)
+

@@ -1,0 +1,101 @@
+"""The job's SparkSession and its teardown: start it with the job's settings (planner.spark.settings), keep the
+host's Ctrl-C handler while PySpark starts, and stop the session and the JVM this process launched for it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+
+from planner.risk import DEFAULT_MASTER
+from planner.spark.jvms import stop_child_jvms
+from planner.spark.settings import session_conf
+
+log = logging.getLogger(__name__)
+
+
+def session(master: str | None = None, driver_memory: str | None = None) -> Any:
+    """A SparkSession for the job. Master: argument, else $SPARK_MASTER, else local[2]; under spark-submit the
+    submitted master is kept. Returns the active session if one exists (tests share one)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName("kplan-drain-risk")
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    master = master or os.environ.get("SPARK_MASTER") or (None if under_submit else DEFAULT_MASTER)
+    if master:
+        builder = builder.master(master)
+    conf = session_conf(driver_memory)
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    with _keep_sigint_handler():
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@contextmanager
+def _keep_sigint_handler() -> Iterator[None]:
+    """PySpark's SparkContext replaces the process's SIGINT handler with one that calls into the JVM from
+    inside the signal handler; interrupting a Py4J call that way breaks the call (five Py4J tracebacks and
+    exit 1 on Ctrl-C, issue 9). Keep whatever handler the host installed (the CLI's, Airflow's)."""
+    real = signal.signal
+
+    def keep(sig: int, handler: Any) -> Any:
+        if sig == signal.SIGINT:
+            return signal.getsignal(sig)
+        return real(sig, handler)
+
+    signal.signal = keep
+    try:
+        yield
+    finally:
+        signal.signal = real
+
+
+def active_session() -> Any | None:
+    return SparkSession.getActiveSession()
+
+
+def gateway_running() -> bool:
+    """Whether this process already talks to a Spark JVM (then a new session reuses it)."""
+    return SparkContext._gateway is not None
+
+
+def shutdown(spark: Any | None) -> None:
+    """Stop the session and the JVM this process launched for it, and wait until that JVM is gone, also when
+    the start was interrupted half-way (Ctrl-C must not leave a JVM behind)."""
+    try:
+        if spark is not None:
+            # Stopping under a running job (Ctrl-C) makes Spark log each aborted job and task with its whole
+            # stack trace (~60 lines a job, ERROR level): nobody asked for those, the interrupt is the news
+            spark.sparkContext.setLogLevel("OFF")
+            with warnings.catch_warnings():   # "Unable to cleanly shutdown Spark JVM": handled below
+                warnings.simplefilter("ignore", RuntimeWarning)
+                spark.stop()
+    except Exception as e:   # noqa: BLE001 - the JVM may already be gone; it is stopped below either way
+        log.debug("stopping the Spark session: %s", e)
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if gateway is not None:
+        try:
+            gateway.shutdown()
+        except Exception as e:   # noqa: BLE001
+            log.debug("closing the Py4J gateway: %s", e)
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except Exception:   # noqa: BLE001 - a JVM that ignores SIGTERM gets SIGKILL
+            proc.kill()
+            proc.wait()
+    stop_child_jvms()   # a JVM whose launch was interrupted before PySpark kept its handle
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    SparkContext._active_spark_context = None
+

@@ -1,0 +1,85 @@
+"""The risk job's Spark settings, built once: the in-process session (planner.spark.session), `kplan risk
+--spark-submit` (planner.risk_run) and Airflow's SparkSubmitOperator (planner.api.risk_submit, whose
+RiskSubmit the plugin's RiskOperator passes on) all take them from here.
+
+No pyspark here: validating a request and describing its spark-submit need no Spark installation.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+DEFAULT_DRIVER_MEMORY = "2g"
+
+# Small-machine defaults (2 cores): few shuffle partitions, no UI, quiet logs. The driver's heap is apart
+# (`driver_memory`): spark-submit takes it as --driver-memory, a session builder as spark.driver.memory.
+CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    # split even a few-MB snapshot into one task per core (Spark splits Parquet at row groups)
+    "spark.sql.files.openCostInBytes": str(1 << 20),
+    # smaller generated methods: the JIT (C2) compiles them for a fraction of the CPU a cold run spends
+    "spark.sql.codegen.methodSplitThreshold": "256",
+    # HotSpot never JIT-compiles a method over 8000 bytes of bytecode (DontCompileHugeMethods): the election
+    # stage's generated processNext grew to 8210 bytes with the ordered controlled shutdowns and ran in the
+    # bytecode interpreter (2x the CPU of the whole job). Spark's advice for HotSpot: above 8000 bytes, fall
+    # back from whole-stage codegen to per-operator code, which the JIT compiles.
+    "spark.sql.codegen.hugeMethodLimit": "8000",
+}
+# Parallel GC: a batch job wants throughput, and G1's concurrent threads compete for the 2 cores.
+# C2 later than HotSpot's default (tier 4 at 15000 calls, not 5000): in a job of some 30 s the JIT compilers took
+# as much CPU as the task threads (17 s each at 200k partitions, mostly Janino, Java serialization and class
+# loading warming up, read per thread from /proc); lukewarm methods now stay C1-compiled, while the per-row
+# loops still reach C2 (C1 alone made the tasks 2.4x slower).
+JAVA_OPTIONS = ("-XX:+UseParallelGC -XX:Tier4InvocationThreshold=15000 -XX:Tier4MinInvocationThreshold=2000 "
+                "-XX:Tier4CompileThreshold=30000")
+LOG4J = """status = error
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+"""
+
+
+def log4j_file() -> str:
+    """The log4j2 configuration file the driver JVM reads (errors only, to stderr), written once per machine."""
+    f = Path(tempfile.gettempdir()) / "kplan-spark-log4j2.properties"
+    if not f.exists() or f.read_text() != LOG4J:
+        tmp = f.with_name(f"{f.name}.{os.getpid()}.tmp")   # another job may be reading it: replace it whole
+        tmp.write_text(LOG4J)
+        tmp.replace(f)
+
+
+def driver_memory(asked: str | None = None) -> str:
+    """The driver's heap: the request's, else $KPLAN_SPARK_DRIVER_MEMORY, else 2g."""
+    return asked or os.environ.get("KPLAN_SPARK_DRIVER_MEMORY") or DEFAULT_DRIVER_MEMORY
+
+
+def submit_conf() -> dict[str, str]:
+    """The Spark properties of the job, without the driver's heap (spark-submit's --driver-memory)."""
+    return {**CONF,
+            "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log4j_file()} {JAVA_OPTIONS}"}
+
+
+def session_conf(asked_memory: str | None = None) -> dict[str, str]:
+    """The Spark properties of the job for a SparkSession builder (which launches the JVM): with its heap."""
+    return {**submit_conf(), "spark.driver.memory": driver_memory(asked_memory)}
+
+
+def submit_args(asked_memory: str | None = None) -> list[str]:
+    """The same settings as spark-submit arguments."""
+    args = ["--driver-memory", driver_memory(asked_memory)]
+    for k, v in submit_conf().items():
+        args += ["--conf", f"{k}={v}"]
+    return args
