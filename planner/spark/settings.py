@@ -7,6 +7,7 @@ No pyspark here: validating a request and describing its spark-submit need no Sp
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -53,12 +54,15 @@ logger.repl.level = error
 
 
 def log4j_file() -> str:
-    """The log4j2 configuration file the driver JVM reads (errors only, to stderr), written once per machine."""
-    f = Path(tempfile.gettempdir()) / "kplan-spark-log4j2.properties"
-    if not f.exists() or f.read_text() != LOG4J:
-        tmp = f.with_name(f"{f.name}.{os.getpid()}.tmp")   # another job may be reading it: replace it whole
+    """The log4j2 configuration file the driver JVM reads (errors only, to stderr). Named for its content and
+    written whole, never rewritten, so a JVM starting beside another checkout's job never reads it half-written.
+    Without it log4j's defaults print to the JVM's stdout, which is `kplan risk --json`'s output."""
+    f = Path(tempfile.gettempdir()) / f"kplan-spark-log4j2-{hashlib.sha256(LOG4J.encode()).hexdigest()[:12]}.properties"
+    if not f.is_file():
+        tmp = f.with_name(f"{f.name}.{os.getpid()}.tmp")
         tmp.write_text(LOG4J)
         tmp.replace(f)
+    return str(f)
 
 
 def driver_memory(asked: str | None = None) -> str:

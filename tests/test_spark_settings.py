@@ -1,0 +1,52 @@
+"""The risk job's Spark settings are built once (planner.spark.settings) and reach every way the job starts:
+the in-process session, `kplan risk --spark-submit` and Airflow's SparkSubmitOperator (api.risk_submit).
+No JVM is started here."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from planner import api, risk, risk_run
+from planner import snapshot_io as sio
+from planner.cluster import parse_cluster
+from planner.spark import settings
+
+SEED = {"brokers": [{"id": i, "rack": f"r{i}"} for i in (1, 2, 3)],
+        "topics": [{"name": "orders", "partitions": [{"replicas": [1, 2]}, {"replicas": [2, 3]}]}]}
+
+
+def _log4j(java_options: str) -> Path:
+    found = re.findall(r"-Dlog4j\.configurationFile=file:(\S+)", java_options)
+    assert len(found) == 1, java_options
+    return Path(found[0])
+
+
+def test_the_driver_reads_a_log4j_file_that_exists_and_logs_to_stderr():
+    """A configuration file the JVM cannot read leaves log4j on its defaults, which print to stdout (the
+    output of `kplan risk --json`): the option names a file that exists, holding the job's configuration."""
+    f = _log4j(settings.submit_conf()["spark.driver.extraJavaOptions"])
+    assert f.is_file()
+    text = f.read_text()
+    assert "appender.console.target = SYSTEM_ERR" in text and "rootLogger.level = error" in text
+    assert _log4j(settings.session_conf()["spark.driver.extraJavaOptions"]) == f
+
+
+def test_every_way_to_start_the_job_gets_the_same_settings(tmp_path, monkeypatch):
+    monkeypatch.delenv("KPLAN_SPARK_DRIVER_MEMORY", raising=False)
+    s = risk.snapshot_from_cluster(parse_cluster(SEED))
+    snap = sio.write_snapshot(tmp_path / "snap", s.manifest, s.brokers, s.topics, s.partitions)
+    req = api.RiskRequest(snapshot=snap, out=tmp_path / "out", drains=((1,),), driver_memory="3g")
+    submit = api.risk_submit(req)
+    session = settings.session_conf("3g")
+    assert submit.driver_memory == session.pop("spark.driver.memory") == "3g"
+    assert dict(submit.conf) == session
+    assert submit.conf["spark.sql.shuffle.partitions"] == "4"   # the job's own, not Spark's 200
+    cmd = risk_run.spark_submit_command(req)
+    pairs = [cmd[i + 1] for i, w in enumerate(cmd) if w == "--conf"]
+    assert pairs == [f"{k}={v}" for k, v in submit.conf.items()]
+    assert cmd[cmd.index("--driver-memory") + 1] == "3g"
+    assert cmd[-len(submit.args) - 1:] == [str(submit.application), *submit.args]
+    monkeypatch.setenv("KPLAN_SPARK_DRIVER_MEMORY", "5g")
+    assert api.risk_submit(dataclasses.replace(req, driver_memory=None)).driver_memory == "5g"
