@@ -174,8 +174,8 @@ def risk(req: RiskRequest, *, progress: ProgressFn | None = None, spark: Any = N
     inputs = tuple(Path(p) for p in (req.snapshot, req.plan, req.plan_snapshot) if isinstance(p, str | Path))
     check_output(Path(req.out), req.force, inputs)
     say = _reporter("risk", progress)
-    prepared = risk_lib.prepare(req)
-    if spark is None:
+    prepared = risk_lib.prepare(req, kraft_ok=True)
+    if spark is None and prepared.kraft is None:   # a KRaft snapshot's rules run in-process (planner.risk_kraft)
         from planner.extras import require
 
         require("spark", "the risk job (Spark)")
@@ -184,7 +184,7 @@ def risk(req: RiskRequest, *, progress: ProgressFn | None = None, spark: Any = N
             summary = run_risk(replace(req, out=tmp), prepared, spark=spark, progress=say)
         else:
             with reread(replace(req, out=tmp), Path(req.out), progress=progress) as run_req:
-                summary = run_risk(run_req, risk_lib.prepare(run_req), spark=spark, progress=say)
+                summary = run_risk(run_req, risk_lib.prepare(run_req, kraft_ok=True), spark=spark, progress=say)
             summary = json.loads((tmp / "summary.json").read_text())
     return RiskOutcome(Path(req.out), summary["level"], frozen(summary["level_by_state"]), summary)
 

@@ -37,6 +37,7 @@ from planner import snapshot_io as sio
 from planner.cluster import Cluster
 from planner.errors import BadInput
 from planner.plan_model import read_plan
+from planner.replay_kraft import KraftSource, kraft_source
 from planner.requests import RiskRequest
 from planner.risk_args import parse_brokers, parse_racks  # noqa: F401 (re-exported)
 from planner.text import count
@@ -178,6 +179,7 @@ class Prepared:
     session_timeout_s: float = rm.DEFAULT_SESSION_TIMEOUT_S
     intent: dict[str, Any] | None = None      # a drain plan: do its brokers host and lead nothing once applied?
     reread: dict[str, Any] | None = None      # the plan scored on a later read of the cluster (plan_snapshot)
+    kraft: KraftSource | None = None          # a KRaft snapshot: planner.replay_kraft's rules (None: ZooKeeper)
 
 
 def unknown_state(info: sio.Snapshot) -> list[dict[str, Any]]:
@@ -192,12 +194,15 @@ def unknown_state(info: sio.Snapshot) -> list[dict[str, Any]]:
 
 
 def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None = None,
-            restart_order: Sequence[int] | None = None) -> Prepared:
+            restart_order: Sequence[int] | None = None, kraft_ok: bool = False) -> Prepared:
     """Every check that can fail on the user's input, before any Spark work. `plan_entries`: a target
     assignment given directly instead of `req.plan` (tests; callers that hold a Plan already), with
-    `restart_order` when it is a restart plan's temporary state."""
+    `restart_order` when it is a restart plan's temporary state. A KRaft snapshot is refused unless the
+    caller runs the KRaft rules (`kraft_ok`: planner.risk_run does, in-process): the Spark job replays
+    ZooKeeper-mode rules only, and must never score a KRaft cluster with them."""
     rm.parse_kafka_version(req.kafka_version)
     info = open_snapshot(req.snapshot)
+    kraft = _kraft(info, kraft_ok)
     entries = list(plan_entries) if plan_entries is not None else None
     drains = list(req.drains)
     plan = None
@@ -224,7 +229,7 @@ def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None
         if not req.session_timeout_s > 0:
             raise BadInput(f"session_timeout_s must be positive, got {req.session_timeout_s}")
         return Prepared(info, scenarios, entries, req.kafka_version, unknown_state(info),
-                        float(req.session_timeout_s))
+                        float(req.session_timeout_s), kraft=kraft)
     if entries is not None:
         check_plan(info, entries)
         if not drains and not req.drain_racks:
@@ -238,7 +243,16 @@ def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None
         raise BadInput(f"session_timeout_s must be positive, got {req.session_timeout_s}")
     intent = intent_after_plan(info, plan, entries, base if reread else None) if plan is not None else None
     return Prepared(info, scenarios, entries, req.kafka_version, unknown_state(info), float(req.session_timeout_s),
-                    intent, reread)
+                    intent, reread, kraft)
+
+
+def _kraft(info: sio.Snapshot, kraft_ok: bool) -> KraftSource | None:
+    src = kraft_source(info.manifest)
+    if src is not None and not kraft_ok:
+        raise BadInput(f"{info.path or 'the snapshot'} is of a KRaft cluster ({src.describe()}): the Spark risk job "
+                       "replays ZooKeeper-mode rules only; run `kplan risk` without spark-submit, which replays "
+                       "the KRaft controller's rules in-process (planner.replay_kraft)")
+    return src
 
 
 def _keys_and_replicas(info: sio.Snapshot) -> tuple[list[str], list[int], np.ndarray, np.ndarray]:

@@ -34,13 +34,20 @@ def run_risk(req: RiskRequest, prepared: Prepared | None = None, spark: Any = No
     """Validate (unless `prepared` is given), run the job (in-process with `spark` or a new local session;
     or spark-submit when the request says so), return the summary (also written to <out>/summary.json).
     Writes into `req.out` directly: planner.api.risk gives it a temporary folder (complete or absent)."""
-    from planner.spark import job
-    from planner.spark import session as spark_session
-
-    prepared = prepared or prepare(req)
+    prepared = prepared or prepare(req, kraft_ok=True)
     out = Path(req.out)
     n = len(prepared.scenarios)
     progress(f"{count(n, 'scenario')} ({', '.join(req.modes)}) on {prepared.info.path or 'in-memory snapshot'}")
+    if prepared.kraft is not None:   # the KRaft rules run in-process; the Spark job models ZooKeeper mode only
+        if req.spark_submit:
+            raise BadInput("a KRaft snapshot's risk runs in-process (planner.replay_kraft): the Spark job "
+                           "replays ZooKeeper-mode rules only; drop spark-submit")
+        from planner import risk_kraft
+
+        return risk_kraft.run(prepared, out, progress)
+    from planner.spark import job
+    from planner.spark import session as spark_session
+
     if req.spark_submit:
         return _submit(req, progress)
     # A session this call creates is this call's to stop (with its JVM, when it launched one); an existing

@@ -246,6 +246,13 @@ def _broker_down(c: Ctx) -> list[str]:
     return _roll(c, plan)
 
 
+def _kraft_unknown(c: Ctx) -> Path:
+    """A KRaft snapshot whose manifest does not say the finalized features: the risk rules cannot be chosen."""
+    s = risk.snapshot_from_cluster(parse_cluster(SEED))
+    manifest = {**s.manifest, "source": {"backend": "kraft", "metadata_version": None, "features": None}}
+    return sio.write_snapshot(c.tmp / "kraft", manifest, s.brokers, s.topics, s.partitions)
+
+
 CASES = [
     # --- snapshot: znodes Kafka's own parser would refuse (item 2), named by path, exit 2, nothing written
     Case("snapshot-leader-as-string", lambda c: ["snapshot", "--zk", c.load(SEED, {
@@ -367,6 +374,8 @@ CASES = [
     Case("risk-plan-from-another-snapshot", _other_snapshot_plan, 2, "was made from snapshot sha256:"),
     Case("risk-kafka-version-2.0", lambda c: ["risk", "--snapshot", str(c.snapshot()), "--out", str(c.out),
                                               "--kafka-version", "2.0"], 2, "ZooKeeper-mode releases 2.4 to 3.9"),
+    Case("risk-kraft-features-unknown", lambda c: ["risk", "--snapshot", str(_kraft_unknown(c)), "--out",
+                                                   str(c.out)], 2, "whether ELR (KIP-966) is on is unknown"),
     Case("plan-sizes-match-nothing", lambda c: ["plan", "drain", "--snapshot", str(c.snapshot()), "--brokers",
                                                 "1", "--out", str(c.out), "--sizes",
                                                 str(_sizes(c, {"nope-0": 5, "nope-1": 7}))],
