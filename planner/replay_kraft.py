@@ -407,18 +407,24 @@ def run_events(p: Parts, evs: Iterable[Event], active: np.ndarray, elr_enabled: 
 
 def drain(p: Parts, brokers: Sequence[int], mode: str, active: np.ndarray, elr_enabled: bool) -> Outcome:
     """A scenario: `brokers` stopped (controlled, requests in the order given) or killed (failure, fenced in the
-    order given). Rows flagged `order_dependent` are left leaderless with several of the scenario's brokers in
-    their ISR before it, killed: the fencing order follows the sessions' expiry, which the operator does not
-    control, and with another order the ISR (ELR off: it keeps the broker fenced last) or the ELR (ELR on:
-    it holds the members of the ISR when it fell below min ISR) names others: `alternatives` lists them."""
+    order given). Rows flagged `order_dependent` had several of the scenario's brokers in their ISR, killed:
+    the fencing order follows the sessions' expiry, which the operator does not control, and with another
+    order the ISR of a leaderless partition (ELR off: it keeps the broker fenced last) or the ELR of one left
+    below min ISR (ELR on: it holds the ISR's members when it fell below min ISR) names others:
+    `alternatives` lists them."""
     brokers = [b for b in dict.fromkeys(int(x) for x in brokers) if 0 <= b < len(active) and active[b]]
     out, changes, unclean, after = run_events(p, events(brokers, mode), active, elr_enabled)
     gone = zk._lut(brokers, len(active))
     leaderless = out.leader < 0
     hit = _in(p.isr, gone)
-    order_dep = (mode == "failure") & leaderless & (hit.sum(axis=1) >= 2)
+    # ELR off: a leaderless ISR keeps the member fenced last, any of them. ELR on: the ELR holds the members
+    # in the ISR when it fell below min ISR; with another order any of them is (the last one fenced always
+    # is), so the rows left below min ISR may name others. The leader does not depend on the order.
     kept = out.isr if not elr_enabled else out.elr
-    alternatives = np.where(order_dep[:, None], _keep(p.isr, hit & ~_member(p.isr, kept)), -1).astype(np.int32)
+    others = _keep(p.isr, hit & ~_member(p.isr, kept))
+    below = leaderless if not elr_enabled else (_size(out.isr) < p.eff_min)
+    order_dep = (mode == "failure") & below & (hit.sum(axis=1) >= 2) & (_size(others) > 0)
+    alternatives = np.where(order_dep[:, None], others, -1).astype(np.int32)
     clean_return = _dedupe(_keep(np.concatenate([out.isr, out.elr, alternatives], axis=1), leaderless[:, None]))
     live = _in(p.replicas, after).any(axis=1)
     return Outcome(out, unclean, live, changes, order_dep, alternatives, clean_return)

@@ -132,6 +132,21 @@ def test_killing_the_whole_isr_leaves_an_elr_that_depends_on_the_fencing_order(o
     assert r["order_dependent"] and r["isr_alternatives"] == others
 
 
+def test_the_elr_of_a_partition_left_below_min_isr_depends_on_the_fencing_order():
+    # [1,2,3] ISR [1,2,3] leader 1, min ISR 2; kill 1 then 2: fence 1 -> ISR [2,3] (no ELR), leader 2; fence 2 ->
+    # ISR [3] < 2, ELR ({} + [2,3]) - [3] = [2], leader 3. Killed 2 then 1, the ELR would be [1]: flagged,
+    # naming 1. Controlled, the order is the requests' (given): not flagged.
+    s = ksnap([topic("t", {"replicas": [1, 2, 3]}, min_insync_replicas="2")])
+    r = predict(s, [1, 2])[("t", 0)]
+    assert state(r) == (3, [3], [2], []) and r["under_min_isr"]
+    assert r["order_dependent"] and r["isr_alternatives"] == [1]
+    assert not predict(s, [1, 2], "controlled")[("t", 0)]["order_dependent"]
+    # min ISR 3: every ISR member falls into the ELR whatever the order ([1] then [1,2]): nothing to flag
+    s = ksnap([topic("t", {"replicas": [1, 2, 3]}, min_insync_replicas="3")])
+    r = predict(s, [1, 2])[("t", 0)]
+    assert state(r) == (3, [3], [1, 2], []) and not r["order_dependent"]
+
+
 def test_a_live_elr_member_is_elected_cleanly_when_the_isr_empties():
     # [1,2,3], leader 3, ISR [3], ELR [2] with broker 2 up again (unfenced, not caught up). Kill 3: target ISR
     # [] < 2 -> ELR ({2} + [3]) = [2,3]. Leader 3 not acceptable; ISR empty, so ELR members are valid: replica
