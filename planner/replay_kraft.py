@@ -100,7 +100,8 @@ class KraftState:
     base: zk.ClusterState
     elr: np.ndarray          # int32 (P, W) -1 padded, as the controller stores it
     lke: np.ndarray          # int32 (P, W) last known ELR (= the last known leader while ELR is on)
-    eff_min: np.ndarray      # int32 (P,) min(min.insync.replicas, RF of the topic's partition 0)
+    eff_min: np.ndarray      # int32 (P,) the controller's min ISR for the ELR: min(min.insync.replicas, RF of
+                             # the topic's partition 0); produce-side outcomes use the partition's own RF
     active: np.ndarray       # bool (B,) registered, not fenced, not in controlled shutdown
     elr_enabled: bool
 
@@ -489,7 +490,7 @@ def predict(state: KraftState | Snapshot, brokers: Iterable[int], mode: str) -> 
         "elr": matrix_to_list(elr),
         "last_known_elr": matrix_to_list(lke),
         "offline": pa.array(leader < 0),
-        "under_min_isr": pa.array((leader >= 0) & (_size(isr) < st.eff_min)),
+        "under_min_isr": pa.array((leader >= 0) & (_size(isr) < np.minimum(b.min_isr, b.rf))),
         "unclean": pa.array(unclean),
         "order_dependent": pa.array(order_dep),
         "isr_alternatives": matrix_to_list(alts),
@@ -531,7 +532,7 @@ def replay(state: KraftState, scenarios: Sequence[rm.Scenario], plan_state: Kraf
             p, demoted_from = demote(p, s.brokers[0], active)
             replicas = p.replicas
         out = drain(p, s.brokers, s.mode, active, st.elr_enabled)
-        env = _facts(p, out, s.mode, zk._lut(s.brokers, size))
+        env = _facts(p, out, s.mode, zk._lut(s.brokers, size), b.min_isr[rows])
         returned = None
         if s.kind == "rolling":
             after_active = active & ~zk._lut(s.brokers, size)
@@ -565,9 +566,10 @@ def replay(state: KraftState, scenarios: Sequence[rm.Scenario], plan_state: Kraf
     return zk.ReplayResult(table, rm.scenario_table(info))
 
 
-def _facts(p: Parts, out: Outcome, mode: str, gone: np.ndarray) -> dict[str, np.ndarray]:
-    """The per-row facts risk_model's outcome expressions read (planner.replay._facts), the effective min ISR
-    being RCM.getTopicEffectiveMinIsr's."""
+def _facts(p: Parts, out: Outcome, mode: str, gone: np.ndarray, min_isr: np.ndarray) -> dict[str, np.ndarray]:
+    """The per-row facts risk_model's outcome expressions read (planner.replay._facts). Under / at min ISR are
+    what producers with acks=all meet: the leader's effective min ISR, min(min.insync.replicas, the partition's
+    own RF), as in ZooKeeper mode since 3.7 (risk_model.effective_min_isr); the ELR's is the controller's."""
     n = len(p.leader)
     env: dict[str, np.ndarray] = {
         "leader_changes": out.leader_changes,
@@ -579,12 +581,12 @@ def _facts(p: Parts, out: Outcome, mode: str, gone: np.ndarray) -> dict[str, np.
         "new_leader": out.parts.leader,
         "new_isr_size": _size(out.parts.isr),
         "rf": _size(p.replicas).astype(np.int32),
-        "min_isr": p.eff_min,
+        "min_isr": min_isr,
         "unclean_allowed": p.unclean,
         "unclean_taken": out.unclean_taken,
         "live_replica_exists": out.live_replica_exists,
-        "eff_min_isr": p.eff_min,
     }
+    env["eff_min_isr"] = np.minimum(min_isr, env["rf"]).astype(np.int32)
     for name, expr in rm.OUTCOMES.items():
         env[name] = np.broadcast_to(rm.eval_numpy(expr, env), n).astype(bool)
     env["severity"] = np.broadcast_to(rm.eval_numpy(rm.SEVERITY, env), n).astype(np.int8)
@@ -633,7 +635,7 @@ def baseline(state: KraftState) -> dict[str, int]:
     act = state.active_lut(b.lut_size())
     live_leader = np.where(_in(b.leader, act), b.leader, -1)
     env = {"leader": b.leader, "new_leader": live_leader, "new_isr_size": _in(b.isr, act).sum(axis=1),
-           "rf": b.rf, "min_isr": state.eff_min, "eff_min_isr": state.eff_min, "unclean_allowed": b.unclean,
+           "rf": b.rf, "min_isr": b.min_isr, "eff_min_isr": np.minimum(b.min_isr, b.rf), "unclean_allowed": b.unclean,
            "unclean_taken": np.zeros(n, dtype=bool), "live_replica_exists": np.ones(n, dtype=bool)}
     out = {"partitions": n}
     for name in ("offline", "under_min_isr", "at_min_isr", "under_replicated", "rf1_hit"):

@@ -76,7 +76,7 @@ def run(prepared: Prepared, out: Path | str, progress: Callable[[str], None] = l
     src = prepared.kraft
     summary["kafka_version"] = f"KRaft (metadata.version {src.metadata_version or 'unknown'}, ELR " \
                                f"{'on' if src.elr else 'off'})"
-    summary["effective_min_isr"] = "least(min_isr, rf of the topic's partition 0)"
+    summary["effective_min_isr"] = "least(min_isr, rf) (the ELR's: least(min_isr, rf of the topic's partition 0))"
     summary["backend"] = {"backend": "kraft", "metadata_version": src.metadata_version, "features": src.features,
                           "elr": src.elr, "rules": "planner.replay_kraft (Kafka 4.1.1 controller)",
                           "engine": "numpy", "session_timeout_s": session_timeout(prepared)}

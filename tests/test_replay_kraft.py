@@ -229,15 +229,16 @@ def test_brokers_fenced_or_in_controlled_shutdown_in_the_snapshot_are_no_candida
     assert state(predict(s, [1])[("t", 0)]) == (3, [2, 3], [], [])
 
 
-def test_effective_min_isr_is_capped_by_the_rf_of_the_topics_partition_0():
+def test_the_elrs_min_isr_is_capped_by_the_rf_of_the_topics_partition_0():
     # min.insync.replicas 3; partition 0 has RF 2, partition 1 RF 3: RCM.getTopicEffectiveMinIsr reads
-    # partition 0's RF, so both partitions have effective min ISR min(3, 2) = 2. Kill 1 on partition 1
-    # ([1,2,3]): target ISR [2,3], 2 >= 2: no ELR, not under min ISR (it would be with min ISR 3).
+    # partition 0's RF, so the controller's min ISR is min(3, 2) = 2 for both. Kill 1 on partition 1
+    # ([1,2,3]): target ISR [2,3], 2 >= 2: no ELR (with min ISR 3 it would be [1]). Producers with acks=all meet
+    # the leader's own min(3, RF 3) = 3: under min ISR.
     s = ksnap([topic("t", {"replicas": [2, 3]}, {"replicas": [1, 2, 3]}, min_insync_replicas="3")])
     st = kr.KraftState.from_snapshot(s)
     assert st.eff_min.tolist() == [2, 2]
     r = predict(s, [1])[("t", 1)]
-    assert state(r) == (2, [2, 3], [], []) and not r["under_min_isr"]
+    assert state(r) == (2, [2, 3], [], []) and r["under_min_isr"]
 
 
 # ------------------------------------------------------------------------------------ rolling return
