@@ -176,3 +176,18 @@ def test_workload_cli_writes_its_report_and_exits_by_its_verdict(real, tmp_path,
     assert out.count(" sent ") >= 2 and f"ok: report {report}" in out
     assert cli.main(["sandbox", "workload", "--dir", str(real.sb.dir), "--topics", t, "--duration", "1",
                      "--report", str(report)]) == 2   # never replaced
+
+
+def test_a_leader_missing_from_the_broker_list_does_not_stop_the_producer(real):
+    """kafka-python 3.0.12's sender raises UnknownBrokerIdError out of its loop when a partition names a leader
+    that the broker list no longer has (a broker leaving): every later send then stays unresolved. Here the
+    sender's connect is asked for broker 99, as that loop asks for the departed leader: the workload's producer
+    must treat it as not ready and keep sending (without the work-around the call raises)."""
+    t = real.topic("unknown-leader", [2, 3])
+    with Workload(real.sb, topics=[t], rate=50, delivery_timeout=10) as w:
+        poll(lambda: w.summary()["acked"] >= 10, 60, "traffic acknowledged")
+        w._producer._sender._client.maybe_connect(99, wakeup=False)
+        acked = w.summary()["acked"]
+        poll(lambda: w.summary()["acked"] >= acked + 20, 60, "traffic after the unknown leader")
+    report = w.report()
+    assert report["producer"]["unknown_leader_skips"] == 1 and report["verdict"]["integrity"], report["verdict"]
