@@ -16,15 +16,36 @@ from typing import Any
 
 import numpy as np
 
-from planner.codec import ReassignEntry, encode_reassignment
+from planner.codec import ReassignEntry, dumps
 from planner.optimizer.batches import batch_traffic, changed_sets
 from planner.optimizer.hotspots import HOT_PCT, hot_spot_warning, hot_spots
 from planner.optimizer.planning import PlanResult, broker_figures, move_figures, topic_leader_max
 from planner.plan_model import FORMAT, batch_file_name, file_sha256, plan_id
 
 
-def _ids(pb, row: np.ndarray) -> list[int]:
-    return [int(pb.broker_ids[b]) for b in row.tolist() if b >= 0]
+def _id_lists(pb, m: np.ndarray) -> list[list[int]]:
+    """Each row of `m` (broker indices, -1 padded) as the list of its broker ids, -1s left out: one array pass
+    per replica count rather than a Python loop over every replica (a 1M-partition plan writes ~1.5M lists)."""
+    m = np.asarray(m)
+    if not len(m):
+        return []
+    valid = m >= 0
+    ids = pb.broker_ids[np.maximum(m, 0)]
+    n = valid.sum(axis=1)
+    if not (valid == (np.arange(m.shape[1])[None, :] < n[:, None])).all():   # a gap inside a row
+        return [x[v].tolist() for x, v in zip(ids, valid, strict=True)]
+    out: list[list[int]] = [[]] * len(m)
+    for k in np.unique(n).tolist():
+        sel = np.flatnonzero(n == k)
+        for i, lst in zip(sel.tolist(), ids[sel, :k].tolist(), strict=True):
+            out[i] = lst
+    return out
+
+
+def _names(pb, rows: np.ndarray) -> tuple[list[str], list[int]]:
+    """(topic name, partition number) of each row."""
+    names = pb.topic_names
+    return [names[t] for t in pb.topic_of[rows].tolist()], pb.partition[rows].tolist()
 
 
 def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[str, Any],
@@ -35,16 +56,14 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
     changed = res.changed
     data = changed_sets(orig, final)
     sizes_known = pb.sizes_known
-    moves = []
-    for r in changed.tolist():
-        frm, to = _ids(pb, orig[r]), _ids(pb, final[r])
-        if data[r]:
-            new = len(set(to) - set(frm))
-            nbytes = int(pb.sizes[r]) * new if sizes_known else None
-        else:
-            nbytes = 0
-        moves.append({"topic": pb.topic_names[pb.topic_of[r]], "partition": int(pb.partition[r]), "from": frm,
-                      "to": to, "bytes": nbytes, "kind": "data" if data[r] else "leader"})
+    o_c, f_c = orig[changed], final[changed]
+    new_c = ((f_c >= 0) & ~(f_c[:, :, None] == o_c[:, None, :]).any(axis=2)).sum(axis=1)
+    data_c = data[changed]
+    nbytes_c = (pb.sizes[changed].astype(np.int64) * new_c).tolist() if sizes_known else [None] * len(changed)
+    moves = [{"topic": t, "partition": n, "from": frm, "to": to, "bytes": nb if d else 0,
+              "kind": "data" if d else "leader"}
+             for t, n, frm, to, nb, d in zip(*_names(pb, changed), _id_lists(pb, o_c), _id_lists(pb, f_c),
+                                             nbytes_c, data_c.tolist(), strict=True)]
     batches = []
     traffic = batch_traffic(pb, res.batches, res.params.batch_seconds)
     for b, tr in zip(res.batches, traffic, strict=True):
@@ -53,8 +72,8 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
             "kind": b.kind,
             "file": batch_file_name(b.index, len(res.batches)),
             **tr,
-            "partitions": [[pb.topic_names[pb.topic_of[r]], int(pb.partition[r])] for r in b.rows.tolist()],
-            "replicas": [_ids(pb, row) for row in b.replicas],
+            "partitions": [[t, n] for t, n in zip(*_names(pb, b.rows), strict=True)],
+            "replicas": _id_lists(pb, b.replicas),
         })
     T = len(pb.topic_names)
     n_t = np.bincount(pb.topic_of, minlength=T)
@@ -199,15 +218,47 @@ def maintenance_section(res: PlanResult) -> dict[str, Any]:
 def reassignment_entries(res: PlanResult, original: bool = False) -> list[ReassignEntry]:
     pb = res.problem
     m = pb.replicas if original else res.final
-    return [ReassignEntry(pb.topic_names[pb.topic_of[r]], int(pb.partition[r]), tuple(_ids(pb, m[r])))
-            for r in res.changed.tolist()]
+    rows = res.changed
+    return [ReassignEntry(t, n, tuple(ids))
+            for t, n, ids in zip(*_names(pb, rows), _id_lists(pb, m[rows]), strict=True)]
+
+
+def _reassignment_file(pb, rows: np.ndarray, lists: np.ndarray) -> bytes:
+    """`encode_reassignment` of the entries (rows, their lists in `lists`), built without an entry object per
+    partition: the same bytes."""
+    return dumps({"version": 1, "partitions": [{"topic": t, "partition": n, "replicas": ids}
+                                               for t, n, ids in zip(*_names(pb, rows), _id_lists(pb, lists),
+                                                                    strict=True)]}) + b"\n"
 
 
 def batch_entries(res: PlanResult, batch) -> list[ReassignEntry]:
     """One batch in Kafka's reassignment format: the lists it writes, in its apply order."""
     pb = res.problem
-    return [ReassignEntry(pb.topic_names[pb.topic_of[r]], int(pb.partition[r]), tuple(_ids(pb, row)))
-            for r, row in zip(batch.rows.tolist(), batch.replicas, strict=True)]
+    return [ReassignEntry(t, n, tuple(ids))
+            for t, n, ids in zip(*_names(pb, batch.rows), _id_lists(pb, batch.replicas), strict=True)]
+
+
+def _compact_encoder() -> Callable[[Any], str]:
+    """json.dumps(v, separators=(",", ":"), ensure_ascii=False), built once: json.dumps makes a new encoder on
+    every call, which is most of the cost of writing a 1M-partition plan's ~300k moves one per line. Uses the
+    C encoder of the standard library's json when present (the same one json.dumps uses), else json.dumps."""
+    from json import encoder as enc
+
+    def plain(v: Any) -> str:
+        return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+
+    try:
+        make = enc.c_make_encoder(None, json.JSONEncoder().default, enc.encode_basestring, None, ":", ",", False,
+                                  False, True)
+        probe = {"t": ["é", 1, None, True, 0.5]}
+        if "".join(make(probe, 0)) != plain(probe):
+            return plain
+    except TypeError:      # no C encoder (None), or another signature
+        return plain
+    return lambda v: "".join(make(v, 0))
+
+
+_compact = _compact_encoder()
 
 
 def _dumps(obj: Any, level: int = 0) -> str:
@@ -217,7 +268,7 @@ def _dumps(obj: Any, level: int = 0) -> str:
         items = [f"{pad}{json.dumps(k)}: {_dumps(v, level + 1)}" for k, v in obj.items()]
         return "{\n" + ",\n".join(items) + "\n" + "  " * level + "}" if items else "{}"
     if isinstance(obj, list) and obj and isinstance(obj[0], dict | list) and level < 2:
-        items = [pad + json.dumps(v, separators=(",", ":"), ensure_ascii=False) for v in obj]
+        items = [pad + _compact(v) for v in obj]
         return "[\n" + ",\n".join(items) + "\n" + "  " * level + "]"
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
@@ -228,12 +279,13 @@ def write_plan(out: Path | str, res: PlanResult, snapshot: dict[str, Any], param
     checksums), each through a temporary name, plan.json last, and solve.json (timings; a callable is called
     after the plan's files are written, so it can time the writing)."""
     out = Path(out)
+    pb, rows = res.problem, res.changed
     texts = {
-        "reassignment.json": encode_reassignment(reassignment_entries(res)) + b"\n",
-        "rollback.json": encode_reassignment(reassignment_entries(res, original=True)) + b"\n",
+        "reassignment.json": _reassignment_file(pb, rows, res.final[rows]),
+        "rollback.json": _reassignment_file(pb, rows, pb.replicas[rows]),
     }
     for b in res.batches:
-        texts[batch_file_name(b.index, len(res.batches))] = encode_reassignment(batch_entries(res, b)) + b"\n"
+        texts[batch_file_name(b.index, len(res.batches))] = _reassignment_file(pb, b.rows, b.replicas)
     doc = plan_document(res, snapshot, parameters, {name: file_sha256(data) for name, data in texts.items()})
     texts["plan.json"] = (_dumps(doc) + "\n").encode("utf-8")
     out.mkdir(parents=True, exist_ok=True)

@@ -299,3 +299,18 @@ def test_cli_rebalance_end_to_end(tmp_path, capsys):
     for n, after, ex in zip(doc["topics"]["partitions"], doc["topics"]["max_leaders_per_broker_after"],
                             doc["topics"]["excluded"], strict=True):
         assert ex or after <= math.ceil(n / n_e)
+
+
+def test_plan_files_list_broker_ids_of_each_row_whatever_its_padding():
+    """plan_format's replica lists (ids, not indices; -1 padding left out) for rows of mixed lengths, a gap
+    inside a row, and no rows, against lists written out by hand."""
+    from types import SimpleNamespace
+
+    from planner.plan_format import _id_lists
+
+    pb = SimpleNamespace(broker_ids=np.array([101, 102, 103, 107], np.int32))
+    packed = np.array([[0, 1, 2], [3, -1, -1], [2, 0, -1], [-1, -1, -1]], np.int32)
+    assert _id_lists(pb, packed) == [[101, 102, 103], [107], [103, 101], []]
+    gap = np.array([[0, -1, 2], [1, 3, -1]], np.int32)
+    assert _id_lists(pb, gap) == [[101, 103], [102, 107]]
+    assert _id_lists(pb, np.zeros((0, 3), np.int32)) == []

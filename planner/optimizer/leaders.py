@@ -382,23 +382,29 @@ def _balance_rounds(pb: Problem, s: _Setup, leader: np.ndarray, max_rounds: int 
             span *= 4
         if cost >= 0 or not flows[arcs].any():
             break
-        taken_row = np.zeros(n, dtype=bool)
-        taken_key = np.zeros(len(uk), dtype=bool)
-        picked = 0
-        for gi in np.flatnonzero(flows[arcs] > 0).tolist():
-            want = int(flows[arcs][gi])
-            st, cnt = int(gstart[gi]), int(gcount[gi])
-            for e in range(st, st + cnt):
-                if want == 0:
-                    break
-                r, k = e_i[e], e_k[e]
-                if taken_row[r] or taken_key[k]:
-                    continue
-                taken_row[r] = True
-                taken_key[k] = True
-                leader[r] = e_b[e]
-                want -= 1
-                picked += 1
-        if not picked:
+        taken_row = bytearray(n)
+        taken_key = bytearray(len(uk))
+        got_r: list[int] = []
+        got_b: list[int] = []
+        f_arcs = flows[arcs]
+        for gi in np.flatnonzero(f_arcs > 0).tolist():
+            want = int(f_arcs[gi])
+            e, end = int(gstart[gi]), int(gstart[gi] + gcount[gi])
+            while want and e < end:     # the group's edges in order, a slice at a time (as plain ints)
+                stop = min(end, e + 2 * want + 64)
+                for r, k, b in zip(e_i[e:stop].tolist(), e_k[e:stop].tolist(), e_b[e:stop].tolist(),
+                                   strict=True):
+                    if taken_row[r] or taken_key[k]:
+                        continue
+                    taken_row[r] = 1
+                    taken_key[k] = 1
+                    got_r.append(r)
+                    got_b.append(b)
+                    want -= 1
+                    if not want:
+                        break
+                e = stop
+        if not got_r:
             break
+        leader[np.array(got_r, np.int64)] = np.array(got_b, leader.dtype)
     return leader

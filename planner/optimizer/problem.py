@@ -88,7 +88,14 @@ class Problem:
 
     @property
     def sizes_known(self) -> bool:
-        return bool(len(self.sizes)) and bool((self.sizes >= 0).all())
+        return self._cached("sizes_known", (self.sizes,),
+                            lambda: bool(len(self.sizes)) and bool((self.sizes >= 0).all()))
+
+    @property
+    def topic_start(self) -> np.ndarray:
+        """(T + 1,) the first row of each topic (rows are grouped by topic, in topic order), then P."""
+        return self._cached("topic_start", (self.topic_of,),
+                            lambda: np.searchsorted(self.topic_of, np.arange(len(self.topic_names) + 1)))
 
     @property
     def fixed(self) -> np.ndarray:

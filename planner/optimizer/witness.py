@@ -368,6 +368,7 @@ def _repair_direct(pb: Problem, st: State, eligible: np.ndarray, e_idx: np.ndarr
     fixed = pb.fixed
     t_room = -1
     room = np.zeros(E, np.int64)
+    t_start = pb.topic_start
     for i, r in enumerate(rows.tolist()):
         t = int(pb.topic_of[r])
         if t != t_room:   # the topic's room per broker (kept up to date below while its rows last)
@@ -381,7 +382,7 @@ def _repair_direct(pb: Problem, st: State, eligible: np.ndarray, e_idx: np.ndarr
         if use < 2:
             # a partition of the topic led from one of this row's brokers, with a better move
             mine = st.final[r][(st.final[r] >= 0) & eligible[np.maximum(st.final[r], 0)]]
-            seg = np.arange(np.searchsorted(pb.topic_of, t), np.searchsorted(pb.topic_of, t, side="right"))
+            seg = np.arange(t_start[t], t_start[t + 1])
             q = seg[np.isin(st.lead[seg], mine) & ~fixed[seg] & (seg != r)][:max_swap]
             if len(q):
                 okq = _move_options(pb, st.final[q], eligible, e_idx, req[q], bits)
