@@ -173,7 +173,9 @@ def swap_bytes(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, budg
                 if (a, b) in blocked or dev[ai] <= 0 or dev[bi] >= 0 or (dev[ai] <= tol and -dev[bi] <= tol):
                     continue
                 pick = _best_swap(pb, st, a, b, min(dev[ai], -dev[bi]), 0.999 * (dev[ai] - dev[bi]), sizes, req,
-                                  bits, budget_m, budget_b, pools)
+                                  bits, budget_m, budget_b, pools, eligible)
+                if pick is not None and not _lead_aside(pb, st, pick, a, b, eligible):
+                    pick = None
                 if pick is None:
                     blocked.add((a, b))
                     continue
@@ -203,11 +205,52 @@ def _pools(pb: Problem, st: State) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ri[o], si[o], np.searchsorted(owner[o], np.arange(pb.num_brokers + 1))
 
 
+def _other_leader(pb: Problem, st: State, rows: np.ndarray, a: int, eligible: np.ndarray) -> np.ndarray:
+    """(n,) per row (a partition planned to be led from `a`): another of its eligible brokers whose topic has
+    leader room there (below the cap), which can take over its planned leadership; -1 where none can."""
+    B = pb.num_brokers
+    f = st.final[rows]
+    t = pb.topic_of[rows].astype(np.int64)
+    cand = np.where((f >= 0) & (f != a) & eligible[np.maximum(f, 0)], f, -1)
+    keys = t[:, None] * B + np.maximum(cand, 0)
+    used = np.array([st.lcount.get(k, 0) for k in keys.ravel().tolist()], np.int64).reshape(keys.shape)
+    ok = (cand >= 0) & (used < st.cap[t][:, None])
+    j = np.argmax(ok, axis=1)
+    return np.where(ok.any(axis=1), cand[np.arange(len(rows)), j], -1)
+
+
+def _lead_aside(pb: Problem, st: State, pick: tuple, a: int, b: int, eligible: np.ndarray) -> bool:
+    """Before a swap (x from a to b, y from b to a): a planned leader whose topic has no room on the other
+    broker hands its planned leadership to another of its brokers (`_other_leader`) first. False (and nothing
+    changed) when one of them cannot."""
+    B = pb.num_brokers
+    done: list[tuple[int, int, int]] = []
+    for (r, _s), frm, to in ((pick[0], a, b), (pick[1], b, a)):
+        t = int(pb.topic_of[r])
+        if st.lead[r] != frm or st.lcount.get(t * B + to, 0) < st.cap[t]:
+            continue
+        c = int(_other_leader(pb, st, np.array([r]), frm, eligible)[0])
+        if c < 0:
+            for r0, frm0, c0 in done:       # put back what the first one changed
+                t0 = int(pb.topic_of[r0])
+                st.lcount[t0 * B + c0] -= 1
+                st.lcount[t0 * B + frm0] = st.lcount.get(t0 * B + frm0, 0) + 1
+                st.lead[r0] = frm0
+            return False
+        st.lcount[t * B + frm] -= 1
+        st.lcount[t * B + c] = st.lcount.get(t * B + c, 0) + 1
+        st.lead[r] = c
+        done.append((r, frm, c))
+    return True
+
+
 def _movers(pb: Problem, st: State, a: int, b: int, req: np.ndarray, bits: np.ndarray,
-            pools: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+            pools: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+            eligible: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(rows, slots) of the replicas on `a` that may move to `b`: b does not hold the partition, its racks
     stay covered, the partition is not excluded or fixed, and a planned leader's topic has room on b (its
-    cap, not counting what the swap's other move frees). With `pools` (`_pools`), among those listed there."""
+    cap, not counting what the swap's other move frees) or, with `eligible`, another of its brokers can take
+    over its planned leadership (`_other_leader`). With `pools` (`_pools`), among those listed there."""
     if pools is None:
         ri, si = np.nonzero((st.final == a) & ~pb.fixed[:, None])
     else:
@@ -220,7 +263,10 @@ def _movers(pb: Problem, st: State, a: int, b: int, req: np.ndarray, bits: np.nd
     if len(lead):
         t = pb.topic_of[ri[lead]].astype(np.int64)
         used = np.array([st.lcount.get(k, 0) for k in (t * pb.num_brokers + b).tolist()], dtype=np.int64)
-        ok[lead[used >= st.cap[t]]] = False
+        full = lead[used >= st.cap[t]]
+        if eligible is not None and len(full):
+            full = full[_other_leader(pb, st, ri[full], a, eligible) < 0]
+        ok[full] = False
     if pb.rack_aware and len(ri):
         others = rows.copy()
         others[np.arange(len(ri)), si] = -1
@@ -230,12 +276,12 @@ def _movers(pb: Problem, st: State, a: int, b: int, req: np.ndarray, bits: np.nd
 
 def _best_swap(pb: Problem, st: State, a: int, b: int, gap: float, limit: float, sizes: np.ndarray,
                req: np.ndarray, bits: np.ndarray, budget_m: int, budget_b: int,
-               pools: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+               pools: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None, eligible: np.ndarray | None = None
                ) -> tuple[tuple[int, int], tuple[int, int]] | None:
     """((row, slot) on a, (row, slot) on b) whose size difference is closest to `gap`, in (0, limit], within
     the move and byte budgets; None when there is none."""
-    xr, xs = _movers(pb, st, a, b, req, bits, pools)
-    yr, ys = _movers(pb, st, b, a, req, bits, pools)
+    xr, xs = _movers(pb, st, a, b, req, bits, pools, eligible)
+    yr, ys = _movers(pb, st, b, a, req, bits, pools, eligible)
     if not len(xr) or not len(yr):
         return None
     zx, zy = sizes[xr], sizes[yr]

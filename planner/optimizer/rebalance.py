@@ -144,7 +144,11 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
             # counts once more, then bytes by swaps that keep every broker's count (byte_level.swap_bytes)
             rounds += _count_rounds(pb, st, eligible, budget_m, budget_b, mode=mode)
             augment(pb, st, eligible, budget_m, budget_b)
-            rounds += swap_bytes(pb, st, eligible, budget_m, budget_b)
+        # bytes by swaps that keep every broker's count, also where the alternation met the count levels but
+        # single byte moves could not reach the tolerance without leaving them (a rack whose brokers may only
+        # shed replicas of the few partitions whose rack rules let them leave it: a generated 20-broker
+        # cluster ended 8.5 % from the mean before these swaps, 7.1 % after); nothing when within it
+        rounds += swap_bytes(pb, st, eligible, budget_m, budget_b)
         rounds += mend_room(pb, st, eligible, budget_m, budget_b)
     unreached.extend(_short_of_goal(pb, st, e_idx, mode, rc, budget_m, budget_b))
     least = flow[1].bound.transport if flow is not None and flow[1].bound is not None else 0
