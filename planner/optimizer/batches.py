@@ -130,8 +130,8 @@ def _first_fit(orig: np.ndarray, final: np.ndarray, limit: int, n_brokers: int, 
     removed = (orig >= 0) & ~(orig[:, :, None] == final[:, None, :]).any(axis=2)
     touched = [np.concatenate([f[a], o[r]]).tolist() for f, a, o, r in zip(final, added, orig, removed,
                                                                             strict=True)]
-    load: list[np.ndarray] = []
-    first_free = np.zeros(n_brokers, dtype=np.int64)
+    load: list[list[int]] = []        # plain lists: this loop runs once per move (numpy scalars cost ~10x)
+    first_free = [0] * n_brokers
     assign = np.full(len(touched), -1, dtype=np.int64)
     # disk: net[k][b] = bytes batch k adds minus what earlier batches freed... kept as per-batch adds/frees
     adds: list[dict[int, int]] = []
@@ -156,16 +156,17 @@ def _first_fit(orig: np.ndarray, final: np.ndarray, limit: int, n_brokers: int, 
         left = []
         for i in waiting:
             brokers = touched[i]
-            k = int(first_free[brokers].max()) if brokers else 0
+            k = max([first_free[b] for b in brokers]) if brokers else 0
             while True:
                 if k >= len(load) and not peak_ok(i, k):
                     k = -1
                     break
                 while k >= len(load):
-                    load.append(np.zeros(n_brokers, dtype=np.int32))
+                    load.append([0] * n_brokers)
                     adds.append({})
                     frees.append({})
-                if all(load[k][b] < limit for b in brokers) and peak_ok(i, k):
+                lk = load[k]
+                if all(lk[b] < limit for b in brokers) and peak_ok(i, k):
                     break
                 k += 1
             if k < 0:
@@ -173,7 +174,7 @@ def _first_fit(orig: np.ndarray, final: np.ndarray, limit: int, n_brokers: int, 
                 continue
             for b in brokers:
                 load[k][b] += 1
-                while first_free[b] < len(load) and load[int(first_free[b])][b] >= limit:
+                while first_free[b] < len(load) and load[first_free[b]][b] >= limit:
                     first_free[b] += 1
             if disk is not None:
                 for b, z in disk.add[i]:

@@ -282,9 +282,11 @@ def _exact_budget(pb: Problem, s: _Setup, budget: int) -> np.ndarray:
     return best
 
 
-def _within_topics(pb: Problem, s: _Setup, chunk: int = 4000) -> np.ndarray:
+def _within_topics(pb: Problem, s: _Setup, chunk: int = 1000) -> np.ndarray:
     """Per topic, the fewest leader changes that bring it within its bound (topics solved in chunks of
-    independent sub-networks). Among equally few changes, leaders go to brokers that lead less."""
+    independent sub-networks, ~`chunk` partitions each: on the skewed 1M cluster chunks of 1,000 took 2.4 s
+    where 4,000 took 3.3-3.9 s and 20,000 4.6 s). Among equally few changes, leaders go to brokers that lead
+    less."""
     B = pb.num_brokers
     cand, t_of, prev, assigned = s.cand, s.t_of, s.prev, s.assigned
     leader = np.where(assigned, prev, -1).astype(np.int32)
