@@ -91,6 +91,7 @@ def plan_document(res: PlanResult, snapshot: dict[str, Any], parameters: dict[st
     quality = {
         "replica_spread_after": after["replica_spread"],
         "leader_spread_after": after["leader_spread"],
+        "leader_spread_reason": res.leader_spread_reason,
         "ideal_leaders_per_broker": round(ideal, 4),
         "leaders_within_one_of_ideal": bool((np.abs(lead_after - ideal) <= 1 + 1e-9).all()) if n_e else True,
         "topics_at_minimum_leader_bound": int(((after_t <= res.topic_bound) & active_t).sum()),

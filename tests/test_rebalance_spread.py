@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
-from optimizer_support import Spec, check_guarantees, counts, leader_counts, plan_maps, write_snapshot
+from optimizer_support import (
+    Spec,
+    check_guarantees,
+    counts,
+    leader_counts,
+    min_topic_bottleneck,
+    plan_maps,
+    write_snapshot,
+)
 from rebalance_support import (
     Feasibility,
     as_lists,
@@ -120,20 +129,60 @@ def test_every_plan_is_measured_against_a_bound_for_its_whole_goal(plans):
     assert not over, over
 
 
+def _leader_room(final: dict, eligible: set[int]) -> tuple[dict[int, int], int]:
+    """Worked out here from the placement: per broker, the partitions it could lead with every topic at most
+    ceil(partitions / brokers) per broker (of each topic the partitions it holds, up to that cap), and the
+    level floor(partitions / brokers) that each broker must lead for leader spread <= 1."""
+    n_t: dict[str, int] = {}
+    for t, _p in final:
+        n_t[t] = n_t.get(t, 0) + 1
+    held: dict[tuple[str, int], int] = {}
+    for (t, _p), reps in final.items():
+        for b in reps:
+            if b in eligible:
+                held[(t, b)] = held.get((t, b), 0) + 1
+    room = dict.fromkeys(eligible, 0)
+    for (t, b), n in held.items():
+        room[b] += min(n, math.ceil(n_t[t] / len(eligible)))
+    led = sum(1 for reps in final.values() if any(b in eligible for b in reps))
+    return room, led // len(eligible)
+
+
 def test_leaders_level_wherever_the_placement_allows(plans):
-    """Every topic at most ceil(partitions / brokers) preferred leaders per broker and the leader counts
-    within one of each other, wherever an assignment of leaders with both exists on the plan's placement (an
-    independent max flow with lower bounds); elsewhere the plan reports what it reached."""
-    checked = 0
+    """Every topic at most ceil(partitions / brokers) preferred leaders per broker and the leader counts within
+    one of each other wherever an assignment of leaders with both exists on the plan's placement (an
+    independent max flow with lower bounds). Where none exists: a topic above ceil only at the least its
+    partitions' brokers allow (a b-matching here), and a leader spread above 1 only with the reason named and
+    true: the brokers it names can lead no more than their leader room (computed here), below the level.
+    Before room.mend_room_count 3 of the 36 plans kept leader spread 3, 4 and 6 with brokers short of room;
+    now 2 keep 3 (short by 2 each: the cycles that would give them room cost more moves than 1 % of the
+    bound, which the plans may not exceed)."""
+    checked, short = 0, 0
     for shape, c, doc in plans:
         spec, _ = _spec(c)
         final = plan_maps(doc, spec)
-        if not leader_band_feasible(final, spec.alive):
+        if leader_band_feasible(final, spec.alive):
+            checked += 1
+            assert doc["after"]["leader_spread"] <= 1, shape
+            assert doc["summary"]["topics_over_ceil_partitions_per_broker"] == 0, shape
             continue
-        checked += 1
-        assert doc["after"]["leader_spread"] <= 1, shape
-        assert doc["summary"]["topics_over_ceil_partitions_per_broker"] == 0, shape
+        # a topic above ceil only where no leader choice on the placement keeps it within (a b-matching here)
+        names = doc["topics"]["names"]
+        for k in np.flatnonzero(np.array(doc["topics"]["max_leaders_per_broker_after"])
+                                > np.array(doc["topics"]["ceil_partitions_per_broker"])).tolist():
+            cands = [[b for b in reps if b in spec.alive] for (t, _p), reps in final.items() if t == names[k]]
+            assert doc["topics"]["max_leaders_per_broker_after"][k] == min_topic_bottleneck(cands, {}), shape
+        if doc["after"]["leader_spread"] <= 1:
+            continue
+        short += 1
+        reason = doc["summary"]["leader_spread_reason"]
+        assert reason and any(w.startswith("leader spread ") for w in doc["warnings"]), shape
+        room, level = _leader_room(final, spec.alive)
+        named = {int(b): int(r) for b, r in re.findall(r"(\d+) \((\d+)\)", reason.split(" can lead")[0])}
+        assert named == {b: r for b, r in room.items() if r < level} and named, (shape, reason, room, level)
+        assert f"below the {level} each must lead" in reason
     assert checked >= N_CLUSTERS // 2
+    assert short <= 2, short
 
 
 def test_bytes_rebalances_level_bytes_and_counts_or_say_they_did_not(tmp_path):

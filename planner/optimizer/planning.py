@@ -23,6 +23,7 @@ from planner.optimizer.leaders import LeaderResult, choose_leaders, necessary_ch
 from planner.optimizer.problem import Problem
 from planner.optimizer.rebalance import RebalanceInfo, place_rebalance
 from planner.optimizer.returns import DrainMove, ReturnInfo, place_return
+from planner.optimizer.room import leader_room_reason
 
 KINDS = ("drain", "rebalance", "return")
 RETURN_ADVICE = {"draining": "its drain has not been verified yet: verify it (or run the follow-up drain) first",
@@ -95,6 +96,7 @@ class PlanResult:
     returned: ReturnInfo | None = None   # a return plan's undo / balance figures
     left_out: np.ndarray | None = None   # (B,) bool: brokers in maintenance this plan gives nothing
     leader_bytes_swaps: int = 0  # same-topic leadership swaps that levelled bytes led (optimizer/leader_bytes.py)
+    leader_spread_reason: str | None = None   # why leader spread stays above 1 (room.leader_room_reason)
 
     @property
     def changed(self) -> np.ndarray:
@@ -194,8 +196,15 @@ def make_plan(pb: Problem, params: Params, progress: Callable[[str], None] | Non
     capacity.check_batches(pb, batches, what)
     warnings.extend(disk_warnings(pb, lr.ordered))
     timings["checks_batches_s"] = time.perf_counter() - t
+    reason = None
+    lead = np.bincount(lr.ordered[:, 0][lr.ordered[:, 0] >= 0], minlength=B)[eligible] if placed.shape[1] else None
+    if params.kind == "rebalance" and lead is not None and len(lead) and int(lead.max() - lead.min()) > 1:
+        reason = leader_room_reason(pb, placed, eligible, lr.topic_bound)
+        warnings.append(f"leader spread {int(lead.max() - lead.min())}: "
+                        + (reason or "the leader step stopped here (its limit, not a proof: a better order may "
+                                     "exist)"))
     return PlanResult(pb, params, drained, eligible, placed, lr.ordered, lr.topic_bound, lr.method, lr,
-                      alternative, batches, info, timings, warnings, returned, left_out, swaps)
+                      alternative, batches, info, timings, warnings, returned, left_out, swaps, reason)
 
 
 def _left_out_text(pb: Problem, broker: int) -> str:

@@ -20,7 +20,10 @@ pull apart, the counts once more and bytes by swaps that keep every count (byte_
 swaps that give each broker room to lead its share within the topics' caps (byte_level.mend_room).
 
 A count rebalance of a cluster whose per-partition flow is small enough (partition_flow.py) starts from the
-fewest new replicas that reach the band under the rack rules, which is also its bound (`_flow_first`).
+fewest new replicas that reach the band under the rack rules, which is also its bound (`_flow_first`). Last,
+a count rebalance gives brokers short of leader room (too few partitions they could lead within the topics'
+caps for a level leader count) room by cycles of transfers that keep every count, within 1 % over its bound
+(room.mend_room_count).
 
 Before any of this, witness.py gives every partition a planned leader within its topic's cap
 (ceil(partitions / brokers)), moving the fewest replicas where no assignment exists, so that the final leader
@@ -42,6 +45,7 @@ from planner.optimizer.mcf import BIG_CAP, FlowGraph, band, level_arcs, penalty,
 from planner.optimizer.partition_flow import ARC_LIMIT, arcs_needed, least_placement
 from planner.optimizer.problem import Problem, rack_masks
 from planner.optimizer.reach import Reach, reach
+from planner.optimizer.room import mend_room_count
 from planner.optimizer.state import (
     State,
     apply_move,
@@ -154,12 +158,20 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
     least = flow[1].bound.transport if flow is not None and flow[1].bound is not None else 0
     bound = lower_bound(pb, eligible, rc.low, rc.high, leader_cap0(pb, eligible), deficient, deficiency,
                         transport=max(rc.transport or 0, least))
+    if mode == "count":
+        mend_room_count(pb, st, eligible, budget_b, min(_room_slack(bound.moves, st.moves), budget_m - st.moves))
     if flow is not None and not unreached and (not _room_ok(pb, st, eligible) and flow[0].shape == st.final.shape
                                                and _moves(pb, flow[0]) < st.moves):
         # neither plan leaves every broker room to lead its share: the one with fewer moves
         return flow[0], flow[1]
     return st.final, RebalanceInfo(mode, bound.moves, excess, lb_bytes, repair, rounds, unreached,
                                    leader_topics_stopped=stopped, bound=bound, reach=rc)
+
+
+def _room_slack(bound: int, moves: int) -> int:
+    """Extra moves a count rebalance may spend on leader room (room.mend_room_count): up to 1 % over its lower
+    bound in all, the most issue 25 allows a plan."""
+    return max(0, int(1.01 * bound) - moves)
 
 
 def _moves(pb: Problem, final: np.ndarray) -> int:
@@ -207,6 +219,7 @@ def _flow_first(pb: Problem, st: State, eligible: np.ndarray, rc: Reach, excess:
         return None
     bound = lower_bound(pb, eligible, rc.low, rc.high, cap0, deficient, deficiency,
                         transport=max(least, rc.transport or 0))
+    mend_room_count(pb, st, eligible, NO_LIMIT, _room_slack(bound.moves, st.moves))
     return st.final, RebalanceInfo("count", bound.moves, excess, lb_bytes, repair_moves, rounds, [], bound=bound,
                                    reach=rc), _room_ok(pb, st, eligible)
 
