@@ -20,7 +20,8 @@ broker than ceil(partitions / brokers), partitions on fewer racks than min(RF, r
 own lower bound and reachable spread are shown beside them.
 
 Part 2, the timings (--perf): `kplan plan rebalance` (count and bytes balance) on bench_plan's skewed 200k and
-1M clusters, this checkout and --baseline alternated, --repeat runs each, medians; load average recorded.
+1M clusters (and, with --uniform-1m, a count rebalance of its uniform 1M cluster), this checkout and
+--baseline alternated, --repeat runs each, medians; load average recorded.
 
     .venv/bin/python bench/bench_rebalance_spread.py --baseline /tmp/kplan-main --kafka-utils /tmp/ku-venv \
         [--perf] [--repeat 3] [--repeat-large 1] [--no-table]
@@ -54,6 +55,8 @@ from skewed_cluster import skewed_cluster  # noqa: E402
 STATES = [
     ("6 brokers / 2k, seed 1", 6, 3, 2_000, 1),
     ("6 brokers / 2k, seed 2", 6, 3, 2_000, 2),
+    ("12 brokers / 8k, seed 6", 12, 3, 8_000, 6),
+    ("20 brokers / 10k, seed 7", 20, 5, 10_000, 7),
     ("30 brokers / 30k, seed 3", 30, 4, 30_000, 3),
     ("30 brokers / 30k, seed 4", 30, 4, 30_000, 4),
     ("30 brokers / 30k, seed 5", 30, 3, 30_000, 5),
@@ -249,10 +252,16 @@ def perf(args, work: Path) -> list[dict]:
     snaps = {"skewed 200k": _snapshot(work, "skewed200k", lambda: skewed_cluster(partitions=200_000, seed=11))}
     if not args.quick:
         snaps["skewed 1M"] = _snapshot(work, "skewed1m", lambda: skewed_cluster(partitions=1_000_000, seed=11))
+    if args.uniform_1m:
+        # bench_plan.py's uniform 1M state (its drains' cluster: 200 brokers, RF 3 over 3 racks, dealt at random)
+        from planner.synth import synth_cluster
+
+        snaps["uniform 1M"] = _snapshot(work, "s1m", lambda: synth_cluster(brokers=200, partitions=1_000_000, rf=3,
+                                                                           racks=3, seed=3))
     rows = []
     for name, snap in snaps.items():
         reps = args.repeat_large if name.endswith("1M") else args.repeat
-        for balance in ("count", "bytes"):
+        for balance in (("count",) if name.startswith("uniform") else ("count", "bytes")):
             runs: dict[str, list[dict]] = {"new": [], "old": []}
             load0 = os.getloadavg()[0]
             for _ in range(reps):
@@ -290,6 +299,9 @@ def main() -> int:
     ap.add_argument("--no-table", action="store_true")
     ap.add_argument("--only", help="table: only the states whose label contains this text")
     ap.add_argument("--quick", action="store_true", help="timings: skip the 1M cluster")
+    ap.add_argument("--uniform-1m", action="store_true",
+                    help="timings: also a count rebalance of bench_plan's uniform 1M cluster (200 brokers, RF 3, 3 "
+                         "racks, dealt at random)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--repeat-large", type=int, default=1)
     ap.add_argument("--work", type=Path, default=HERE / "out" / "spread")
