@@ -13,24 +13,11 @@ Thin on purpose: parameters and wiring only (kplan_airflow's operators call plan
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from airflow.sdk import DAG, Param
+from kplan_airflow import chains
+from kplan_airflow.chains import READ_ONLY, param
 from kplan_airflow.form import broker_picker, sizes_params
-from kplan_airflow.operators import (
-    ApplyOperator,
-    DrainPlanOperator,
-    FollowUpDrainOperator,
-    PlanApprovalOperator,
-    PublishOperator,
-    ReportOperator,
-    RiskOperator,
-    SnapshotOperator,
-    VerifyOperator,
-)
-
-P = "params"
-READ_ONLY = {"retries": 2, "retry_delay": timedelta(seconds=20)}  # only transient faults get that far
+from kplan_airflow.operators import DrainPlanOperator, FollowUpDrainOperator, RiskOperator
 
 with DAG(
     dag_id="kafka_broker_drain",
@@ -77,37 +64,22 @@ with DAG(
                        description="kafka-log-dirs.sh --describe output (optional: sizes weigh the plan)"),
     },
 ) as dag:
-    snapshot = SnapshotOperator(task_id="snapshot", zk_conn_id="{{ params.zk_conn_id }}",
-                                sizes="{{ params.sizes }}",
-                                kafka_conn_id="{{ params.kafka_conn_id }}", sizes_from="{{ params.sizes_from }}",
-                                **READ_ONLY)
-    risk = RiskOperator(task_id="risk", drains="{{ params.brokers }}", mode="{{ params.shutdown_mode }}",
-                        all_brokers="{{ params.sweep }}", all_racks="{{ params.sweep }}", **READ_ONLY)
-    plan = DrainPlanOperator(task_id="plan", brokers="{{ params.brokers }}",
-                             exclude_topics="{{ params.exclude_topics }}",
-                             max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}",
-                             sizes="{{ params.sizes }}", leader_scope="{{ params.leader_scope }}",
-                             max_leader_changes="{{ params.max_leader_changes }}",
-                             max_disk_usage="{{ params.max_disk_usage }}", **READ_ONLY)
-    risk_after = RiskOperator(task_id="risk_after", drains="{{ params.brokers }}",
-                              mode="{{ params.shutdown_mode }}", after_plan=True,
-                              zk_conn_id="{{ params.zk_conn_id }}", **READ_ONLY)   # the cluster read again
-    publish = PublishOperator(task_id="publish", throttle="{{ params.throttle }}", no_throttle="{{ params.no_throttle }}")
-    approve = PlanApprovalOperator(
-        task_id="approve",
-        subject="{{ ti.xcom_pull(task_ids='publish')['subject'] }}",
-        body="{{ ti.xcom_pull(task_ids='publish')['body'] }}",
-        require_approval="{{ ti.xcom_pull(task_ids='publish')['require_approval'] }}",
-        response_timeout=timedelta(hours=24),
-    )
-    apply = ApplyOperator(task_id="apply", zk_conn_id="{{ params.zk_conn_id }}", throttle="{{ params.throttle }}",
-                          no_throttle="{{ params.no_throttle }}",
-                          max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}",
-                          reason="{{ params.reason }}")
-    verify = VerifyOperator(task_id="verify", zk_conn_id="{{ params.zk_conn_id }}",
-                            timeout="{{ params.verify_timeout }}", **READ_ONLY)
-    report = ReportOperator(task_id="report")
+    snapshot = chains.snapshot(sizes=param("sizes"), kafka_conn_id=param("kafka_conn_id"),
+                               sizes_from=param("sizes_from"))
+    risk = RiskOperator(task_id="risk", drains=param("brokers"), mode=param("shutdown_mode"),
+                        all_brokers=param("sweep"), all_racks=param("sweep"), **READ_ONLY)
+    plan = DrainPlanOperator(task_id="plan", brokers=param("brokers"), exclude_topics=param("exclude_topics"),
+                             max_concurrent_per_broker=param("max_concurrent_per_broker"), sizes=param("sizes"),
+                             leader_scope=param("leader_scope"), max_leader_changes=param("max_leader_changes"),
+                             max_disk_usage=param("max_disk_usage"), **READ_ONLY)
+    risk_after = RiskOperator(task_id="risk_after", drains=param("brokers"), mode=param("shutdown_mode"),
+                              after_plan=True, zk_conn_id=param("zk_conn_id"), **READ_ONLY)  # the cluster read again
+    publish, approve = chains.review(throttle=param("throttle"), no_throttle=param("no_throttle"))
+    apply, verify, report = chains.carry_out(throttle=param("throttle"), no_throttle=param("no_throttle"),
+                                             max_concurrent_per_broker=param("max_concurrent_per_broker"),
+                                             reason=param("reason"))
     follow_up = FollowUpDrainOperator(task_id="follow_up")   # all_done: runs when verify found brokers not empty
 
-    snapshot >> risk >> plan >> risk_after >> publish >> approve >> apply >> verify >> report
+    snapshot >> risk >> plan >> risk_after >> publish
+    approve >> apply
     verify >> follow_up

@@ -15,11 +15,11 @@ Thin on purpose: parameters and wiring only (kplan_airflow's operators call plan
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from airflow.sdk import DAG, Param
+from kplan_airflow import chains
+from kplan_airflow.chains import READ_ONLY, param
 from kplan_airflow.form import broker_picker, sizes_params
-from kplan_airflow.operators import PlanApprovalOperator, PublishOperator, RiskOperator, SnapshotOperator
+from kplan_airflow.operators import RiskOperator
 from kplan_airflow.roll_ops import (
     RestartPlanOperator,
     RollFinishOperator,
@@ -27,8 +27,6 @@ from kplan_airflow.roll_ops import (
     RollReportOperator,
     RollStepOperator,
 )
-
-READ_ONLY = {"retries": 2, "retry_delay": timedelta(seconds=20)}  # only transient faults get that far
 
 with DAG(
     dag_id="kafka_broker_restart",
@@ -70,30 +68,21 @@ with DAG(
         "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
     },
 ) as dag:
-    snapshot = SnapshotOperator(task_id="snapshot", zk_conn_id="{{ params.zk_conn_id }}",
-                                kafka_conn_id="{{ params.kafka_conn_id }}", sizes_from="{{ params.sizes_from }}",
-                                **READ_ONLY)
-    plan = RestartPlanOperator(task_id="plan", brokers="{{ params.brokers }}", order="{{ params.order }}",
-                               exclude_topics="{{ params.exclude_topics }}", kafka_version="{{ params.kafka_version }}",
-                               max_disk_usage="{{ params.max_disk_usage }}", **READ_ONLY)
+    snapshot = chains.snapshot(kafka_conn_id=param("kafka_conn_id"), sizes_from=param("sizes_from"))
+    plan = RestartPlanOperator(task_id="plan", brokers=param("brokers"), order=param("order"),
+                               exclude_topics=param("exclude_topics"), kafka_version=param("kafka_version"),
+                               max_disk_usage=param("max_disk_usage"), **READ_ONLY)
     risk = RiskOperator(task_id="risk_after", after_plan=True, kafka_version="3.7", **READ_ONLY)
-    publish = PublishOperator(task_id="publish", throttle="{{ params.throttle }}", no_throttle="{{ params.no_throttle }}")
-    approve = PlanApprovalOperator(
-        task_id="approve",
-        subject="{{ ti.xcom_pull(task_ids='publish')['subject'] }}",
-        body="{{ ti.xcom_pull(task_ids='publish')['body'] }}",
-        require_approval="{{ ti.xcom_pull(task_ids='publish')['require_approval'] }}",
-        response_timeout=timedelta(hours=24),
-    )
-    protect = RollProtectOperator(task_id="protect", zk_conn_id="{{ params.zk_conn_id }}",
-                                  throttle="{{ params.throttle }}", no_throttle="{{ params.no_throttle }}")
+    publish, approve = chains.review(throttle=param("throttle"), no_throttle=param("no_throttle"))
+    protect = RollProtectOperator(task_id="protect", zk_conn_id=param("zk_conn_id"), throttle=param("throttle"),
+                                  no_throttle=param("no_throttle"))
     steps = RollStepOperator.partial(
-        task_id="restart", zk_conn_id="{{ params.zk_conn_id }}", restart_conn_id="{{ params.restart_conn_id }}",
-        restart_timeout="{{ params.restart_timeout }}", gate_timeout="{{ params.gate_timeout }}",
-        pause="{{ params.pause_between_brokers }}", reason="{{ params.reason }}",
+        task_id="restart", zk_conn_id=param("zk_conn_id"), restart_conn_id=param("restart_conn_id"),
+        restart_timeout=param("restart_timeout"), gate_timeout=param("gate_timeout"),
+        pause=param("pause_between_brokers"), reason=param("reason"),
     ).expand(step=plan.output)
-    finish = RollFinishOperator(task_id="undo", zk_conn_id="{{ params.zk_conn_id }}",
-                                keep_temporary="{{ params.keep_temporary }}")
-    report = RollReportOperator(task_id="report", zk_conn_id="{{ params.zk_conn_id }}")
+    finish = RollFinishOperator(task_id="undo", zk_conn_id=param("zk_conn_id"), keep_temporary=param("keep_temporary"))
+    report = RollReportOperator(task_id="report", zk_conn_id=param("zk_conn_id"))
 
-    snapshot >> plan >> risk >> publish >> approve >> protect >> steps >> finish >> report
+    snapshot >> plan >> risk >> publish
+    approve >> protect >> steps >> finish >> report

@@ -12,22 +12,11 @@ the drain DAG and the nightly rebalance. Thin on purpose: parameters and wiring 
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from airflow.sdk import DAG, Param
+from kplan_airflow import chains
+from kplan_airflow.chains import READ_ONLY, param
 from kplan_airflow.form import broker_picker
-from kplan_airflow.operators import (
-    ApplyOperator,
-    PlanApprovalOperator,
-    PublishOperator,
-    ReportOperator,
-    ReturnPlanOperator,
-    RiskOperator,
-    SnapshotOperator,
-    VerifyOperator,
-)
-
-READ_ONLY = {"retries": 2, "retry_delay": timedelta(seconds=20)}  # only transient faults get that far
+from kplan_airflow.operators import ReturnPlanOperator, RiskOperator
 
 with DAG(
     dag_id="kafka_broker_return",
@@ -57,27 +46,17 @@ with DAG(
         "sizes": Param(None, type=["null", "string"], title="Partition sizes file"),
     },
 ) as dag:
-    snapshot = SnapshotOperator(task_id="snapshot", zk_conn_id="{{ params.zk_conn_id }}",
-                                sizes="{{ params.sizes }}", **READ_ONLY)
-    plan = ReturnPlanOperator(task_id="plan", brokers="{{ params.brokers }}", drain_plan="{{ params.drain_plan }}",
-                              exclude_topics="{{ params.exclude_topics }}",
-                              max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}",
-                              sizes="{{ params.sizes }}", max_disk_usage="{{ params.max_disk_usage }}", **READ_ONLY)
+    snapshot = chains.snapshot(sizes=param("sizes"))
+    plan = ReturnPlanOperator(task_id="plan", brokers=param("brokers"), drain_plan=param("drain_plan"),
+                              exclude_topics=param("exclude_topics"),
+                              max_concurrent_per_broker=param("max_concurrent_per_broker"), sizes=param("sizes"),
+                              max_disk_usage=param("max_disk_usage"), **READ_ONLY)
     risk_after = RiskOperator(task_id="risk_after", all_brokers=True, mode="controlled", after_plan=True,
                               **READ_ONLY)
-    publish = PublishOperator(task_id="publish")
-    approve = PlanApprovalOperator(
-        task_id="approve",
-        subject="{{ ti.xcom_pull(task_ids='publish')['subject'] }}",
-        body="{{ ti.xcom_pull(task_ids='publish')['body'] }}",
-        require_approval="{{ ti.xcom_pull(task_ids='publish')['require_approval'] }}",
-        response_timeout=timedelta(hours=24),
-    )
-    apply = ApplyOperator(task_id="apply", zk_conn_id="{{ params.zk_conn_id }}", throttle="{{ params.throttle }}",
-                          max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}",
-                          reason="{{ params.reason }}")
-    verify = VerifyOperator(task_id="verify", zk_conn_id="{{ params.zk_conn_id }}",
-                            timeout="{{ params.verify_timeout }}", **READ_ONLY)
-    report = ReportOperator(task_id="report")
+    publish, approve = chains.review()
+    apply, verify, report = chains.carry_out(throttle=param("throttle"),
+                                             max_concurrent_per_broker=param("max_concurrent_per_broker"),
+                                             reason=param("reason"))
 
-    snapshot >> plan >> risk_after >> publish >> approve >> apply >> verify >> report
+    snapshot >> plan >> risk_after >> publish
+    approve >> apply

@@ -16,20 +16,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.sdk import DAG, CronTriggerTimetable, Param, conf
+from kplan_airflow import chains
+from kplan_airflow.chains import READ_ONLY, param
 from kplan_airflow.form import sizes_params
-from kplan_airflow.operators import (
-    ApplyOperator,
-    IdleCheckOperator,
-    PlanApprovalOperator,
-    PublishOperator,
-    RebalancePlanOperator,
-    ReportOperator,
-    RiskOperator,
-    SnapshotOperator,
-    VerifyOperator,
-)
-
-READ_ONLY = {"retries": 2, "retry_delay": timedelta(seconds=20)}
+from kplan_airflow.operators import IdleCheckOperator, RebalancePlanOperator, RiskOperator
 
 with DAG(
     dag_id="kafka_nightly_rebalance",
@@ -71,34 +61,23 @@ with DAG(
         "sizes": Param(None, type=["null", "string"], title="Partition sizes file"),
     },
 ) as dag:
-    snapshot = SnapshotOperator(task_id="snapshot", zk_conn_id="{{ params.zk_conn_id }}",
-                                sizes="{{ params.sizes }}", kafka_conn_id="{{ params.kafka_conn_id }}",
-                                sizes_from="{{ params.sizes_from }}", **READ_ONLY)
+    snapshot = chains.snapshot(sizes=param("sizes"), kafka_conn_id=param("kafka_conn_id"),
+                               sizes_from=param("sizes_from"))
     idle = IdleCheckOperator(task_id="check_idle", busy_dag_ids=["kafka_broker_drain", "kafka_broker_return",
                                                                  "kafka_broker_restart"], **READ_ONLY)
-    plan = RebalancePlanOperator(task_id="plan", max_moves="{{ params.max_moves }}",
-                                 max_bytes="{{ params.max_bytes }}", exclude_topics="{{ params.exclude_topics }}",
-                                 max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}",
-                                 sizes="{{ params.sizes }}", max_disk_usage="{{ params.max_disk_usage }}",
-                                 **READ_ONLY)
+    plan = RebalancePlanOperator(task_id="plan", max_moves=param("max_moves"), max_bytes=param("max_bytes"),
+                                 exclude_topics=param("exclude_topics"),
+                                 max_concurrent_per_broker=param("max_concurrent_per_broker"), sizes=param("sizes"),
+                                 max_disk_usage=param("max_disk_usage"), **READ_ONLY)
     risk_after = RiskOperator(task_id="risk_after", all_brokers=True, all_racks=True, mode="controlled",
                               after_plan=True, **READ_ONLY)
-    publish = PublishOperator(task_id="publish", auto_approve_max_moves="{{ params.auto_approve_max_moves }}",
-                              auto_approve_max_bytes="{{ params.auto_approve_max_bytes }}",
-                              auto_approve_max_risk="{{ params.auto_approve_max_risk }}",
-                              throttle="{{ params.throttle }}", no_throttle="{{ params.no_throttle }}")
-    approve = PlanApprovalOperator(
-        task_id="approve",
-        subject="{{ ti.xcom_pull(task_ids='publish')['subject'] }}",
-        body="{{ ti.xcom_pull(task_ids='publish')['body'] }}",
-        require_approval="{{ ti.xcom_pull(task_ids='publish')['require_approval'] }}",
-        response_timeout=timedelta(hours=8),
-    )
-    apply = ApplyOperator(task_id="apply", zk_conn_id="{{ params.zk_conn_id }}", throttle="{{ params.throttle }}",
-                          no_throttle="{{ params.no_throttle }}",
-                          max_concurrent_per_broker="{{ params.max_concurrent_per_broker }}")
-    verify = VerifyOperator(task_id="verify", zk_conn_id="{{ params.zk_conn_id }}",
-                            timeout="{{ params.verify_timeout }}", **READ_ONLY)
-    report = ReportOperator(task_id="report")
+    publish, approve = chains.review(auto_approve_max_moves=param("auto_approve_max_moves"),
+                                     auto_approve_max_bytes=param("auto_approve_max_bytes"),
+                                     auto_approve_max_risk=param("auto_approve_max_risk"),
+                                     throttle=param("throttle"), no_throttle=param("no_throttle"),
+                                     approval_timeout=timedelta(hours=8))
+    apply, verify, report = chains.carry_out(throttle=param("throttle"), no_throttle=param("no_throttle"),
+                                             max_concurrent_per_broker=param("max_concurrent_per_broker"))
 
-    snapshot >> idle >> plan >> risk_after >> publish >> approve >> apply >> verify >> report
+    snapshot >> idle >> plan >> risk_after >> publish
+    approve >> apply

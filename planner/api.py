@@ -79,7 +79,7 @@ from planner.requests import (
     VerifyOutcome,
     VerifyRequest,
 )
-from planner.runfolder import RunFolder, check_output, step_output
+from planner.runfolder import RunFolder, check_output, step_complete, step_output
 
 if TYPE_CHECKING:
     from planner.kafka_admin import KafkaSecurity
@@ -94,7 +94,7 @@ __all__ = ["ApplySchedule", "Plan", "ProgressFn",
     "ClearRequest", "brokers", "clear_maintenance", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
     "VerifyOutcome", "VerifyRequest", "apply", "apply_schedule", "cancel", "kafka_security", "plan_drain", "plan_rebalance", "plan_restart", "plan_return",
     "read_plan",
-    "read_snapshot", "reread", "risk", "snapshot", "verify", "verify_probe", "verify_report_text", "human_size", "human_duration",
+    "read_snapshot", "reread", "risk", "snapshot", "step_complete", "verify", "verify_probe", "verify_report_text", "human_size", "human_duration",
 ]
 
 log = logging.getLogger(__name__)

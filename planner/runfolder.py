@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from planner.errors import BadInput
 
@@ -44,6 +45,11 @@ _TMP_MARK = ".kplan-tmp-"
 
 
 RECORD_FILES = {"apply": ("progress.json", "outcome.json"), "verify": ("progress.json",), "report": (REPORT,)}
+# The file that a step writes last (or whose folder is renamed into place with it): its presence says the step's
+# folder is complete. Callers outside the planner (the Airflow operators, the review pages) ask through
+# `step_complete` / the RunFolder readers and never name these files themselves (tests/test_layering.py).
+MAIN_FILES = {"snapshot": "manifest.json", "risk": "summary.json", "risk_after": "summary.json",
+              "plan": "plan.json"}
 
 
 def _describe(e: OSError) -> str:
@@ -116,6 +122,28 @@ def _replace(tmp: Path, final: Path, force: bool) -> None:
         os.rename(tmp, final)
 
 
+def step_complete(folder: Path | str, step: str) -> bool:
+    """Whether `folder` holds a complete output of `step` (snapshot, risk, risk_after, plan): its main file."""
+    if step not in MAIN_FILES:
+        raise ValueError(f"no main file for step {step!r}; steps with one are {', '.join(MAIN_FILES)}")
+    return (Path(folder) / MAIN_FILES[step]).is_file()
+
+
+def read_main_file(folder: Path | str, step: str) -> dict[str, Any] | None:
+    """The JSON of a step's main file in `folder` (a snapshot's manifest, a risk summary), or None when it is
+    absent or unreadable (a step that has not run, or did not finish)."""
+    if step not in MAIN_FILES:
+        raise ValueError(f"no main file for step {step!r}; steps with one are {', '.join(MAIN_FILES)}")
+    return _json_or_none(Path(folder) / MAIN_FILES[step])
+
+
+def _json_or_none(f: Path) -> Any | None:
+    try:
+        return json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 class RunFolder:
     """The layout of one run under `root` (module docstring)."""
 
@@ -157,6 +185,34 @@ class RunFolder:
     @property
     def report(self) -> Path:
         return self.root / REPORT
+
+    def complete(self, name: str) -> bool:
+        """The step's folder is there and complete (`step_complete`)."""
+        return step_complete(self.step(name), name)
+
+    def manifest(self) -> dict[str, Any] | None:
+        """The snapshot's manifest (None: no complete snapshot)."""
+        return read_main_file(self.snapshot, "snapshot")
+
+    def risk_summary(self, after_plan: bool = False) -> dict[str, Any] | None:
+        """The risk summary (kplan-risk/1) of risk/, or of risk-after/ (None: that risk step did not finish)."""
+        step = "risk_after" if after_plan else "risk"
+        return read_main_file(self.step(step), step)
+
+    def progress(self, step: str) -> dict[str, Any] | None:
+        """The live progress record of apply, verify or roll in this run (None: that step has not started)."""
+        return _json_or_none(self._records(step) / "progress.json")
+
+    def outcome(self, step: str) -> dict[str, Any] | None:
+        """How the last apply (or cancel) or roll in this run ended (None: none ended)."""
+        return _json_or_none(self._records(step) / "outcome.json")
+
+    def _records(self, step: str) -> Path:
+        if step == "roll":   # <run>/roll/: planner.execution.roll's records
+            return self.root / "roll"
+        if step not in ("apply", "verify"):
+            raise ValueError(f"no records for step {step!r}; steps with records are apply, verify, roll")
+        return self.step(step)
 
     def step_writer(self, name: str, force: bool = False, inputs: tuple[Path, ...] = ()):
         """Context manager: a temporary folder that becomes the step's folder when the block succeeds."""

@@ -182,6 +182,32 @@ def test_run_folder_layout(tmp_path):
     assert json.loads(rf.report.read_text()) == {"ok": True}
 
 
+def test_run_folder_readers_answer_from_the_steps_own_files(snap, tmp_path):
+    """What the Airflow layer asks instead of naming the files: a step is complete when the file the planner
+    writes last is there; a reader gives None for a step that has not run or did not finish."""
+    rf = RunFolder(tmp_path / "run")
+    assert not any(rf.complete(s) for s in ("snapshot", "risk", "risk_after", "plan"))
+    assert (rf.manifest(), rf.risk_summary(), rf.risk_summary(after_plan=True)) == (None, None, None)
+    assert (rf.progress("apply"), rf.outcome("apply"), rf.progress("verify"), rf.progress("roll")) == (None,) * 4
+    with rf.step_writer("snapshot") as tmp:   # a real snapshot, copied in
+        for f in snap.iterdir():
+            (tmp / f.name).write_bytes(f.read_bytes())
+    assert rf.complete("snapshot") and rf.manifest()["fingerprint"] == api.read_snapshot(snap).manifest["fingerprint"]
+    rf.plan.mkdir(parents=True)
+    (rf.plan / "rollback.json").write_text("{}")   # a folder without its main file is not a plan
+    assert not rf.complete("plan") and not api.step_complete(rf.plan, "plan")
+    rf.risk_after.mkdir()
+    (rf.risk_after / "summary.json").write_text('{"level": "low"}')
+    (rf.root / "risk").mkdir()
+    (rf.root / "risk" / "summary.json").write_text("{not json")
+    assert rf.risk_summary(after_plan=True) == {"level": "low"} and rf.risk_summary() is None
+    (rf.root / "roll").mkdir()
+    (rf.root / "roll" / "outcome.json").write_text('{"state": "completed"}')
+    assert rf.outcome("roll") == {"state": "completed"} and rf.outcome("apply") is None
+    with pytest.raises(ValueError):
+        rf.complete("apply")
+
+
 def test_apply_verify_cancel_refuse_bad_input_before_connecting(tmp_path):
     from planner.errors import BadInput
 

@@ -18,6 +18,7 @@ TYPE_CHECKING) has none, so each module can be read, tested and replaced from th
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections import deque
 from pathlib import Path
@@ -129,6 +130,33 @@ def test_dags_and_plugins_use_only_the_facade(folder):
             if root(mod) == "planner":
                 assert mod in FACADE or mod.startswith("planner.api."), \
                     f"{f.relative_to(REPO)}:{line} imports {mod}: use planner.api (or planner.plan_model)"
+
+
+# The planner's run-folder layout: which file makes a step's folder complete, where its records are. The Airflow
+# layer asks planner.api (RunFolder.complete / manifest / risk_summary / progress / outcome, step_complete,
+# read_plan) and never names these files itself, so the layout can change in one place (issue 23 item 4).
+LAYOUT_FILES = re.compile(r"\b(manifest|summary|plan|progress|outcome)\.json\b")
+
+
+def layout_names(path: Path) -> list[tuple[int, str]]:
+    """(line number, line) of every line of the file that names one of LAYOUT_FILES."""
+    return [(i, line.strip()) for i, line in enumerate(path.read_text().splitlines(), 1) if LAYOUT_FILES.search(line)]
+
+
+def test_the_layout_rule_sees_what_it_must(tmp_path):
+    f = tmp_path / "op.py"
+    f.write_text('if (run.plan / "plan.json").is_file():\n    m = read(run.snapshot / "manifest.json")\n'
+                 'x = f"{final}/summary.json"\n@app.get("/progress", name="progress_json")\nrun.complete("plan")\n')
+    assert layout_names(f) == [(1, 'if (run.plan / "plan.json").is_file():'),
+                               (2, 'm = read(run.snapshot / "manifest.json")'), (3, 'x = f"{final}/summary.json"')]
+
+
+@pytest.mark.parametrize("folder", ["dags", "plugins"])
+def test_dags_and_plugins_never_name_the_run_folders_files(folder):
+    found = [f"{f.relative_to(REPO)}:{i}: {line}" for f in sorted((REPO / folder).rglob("*"))
+             if f.suffix in (".py", ".html", ".js") and "__pycache__" not in f.parts for i, line in layout_names(f)]
+    assert not found, "the Airflow layer names the planner's files (use planner.api's run-folder readers):\n" + \
+        "\n".join(found)
 
 
 def test_the_library_logs_and_never_prints():

@@ -139,8 +139,10 @@ def _cancel_applies(runs_root: Path, connect: str) -> dict[str, str | None]:
     from planner.api import PlannerError
 
     out: dict[str, str | None] = {}
-    for plan_json in sorted(runs_root.glob("*/*/plan/plan.json")):
-        plan = plan_json.parent
+    for run_dir in sorted(runs_root.glob("*/*/")):
+        plan = api.RunFolder(run_dir).plan
+        if not api.RunFolder(run_dir).complete("plan"):
+            continue
         try:
             res = api.cancel(api.CancelRequest(zk=connect, plan=plan, wait=CANCEL_WAIT, poll=0.2))
         except PlannerError as e:
@@ -278,15 +280,14 @@ def run_dag(root: Path, brokers: list[int], throttle: int, skip_risk: bool, sinc
     folder = runs.run_folder(dr.dag_id, dr.run_id)
     from planner.api import read_plan, verify_report_text
 
-    plan = read_plan(folder.plan) if (folder.plan / "plan.json").exists() else None
-    before = runs.read_json(folder.risk / "summary.json")
-    after = runs.read_json(folder.risk_after / "summary.json")
+    plan = read_plan(folder.plan) if folder.complete("plan") else None
+    before, after = folder.risk_summary(), folder.risk_summary(after_plan=True)
     if plan:
         say("\n=== plan summary and risk before / after\n" + sm.text_report(plan, sm.scenario_pairs(after, before)))
     report = runs.read_json(folder.report)
     say("\n=== verification report (" + str(folder.report) + ")\n"
         + (verify_report_text(report) if report else "(none: apply / verify did not run)"))
-    outcome = runs.read_json(folder.apply / "outcome.json")
+    outcome = folder.outcome("apply")
     if outcome:
         say(f"  apply: {outcome.get('state')}, {outcome.get('units_done')}/{outcome.get('units_total')} batches, "
             f"{outcome.get('partitions_done')}/{outcome.get('partitions_total')} partitions in "

@@ -13,7 +13,6 @@ each step's folder is complete or absent (planner.runfolder), and a reviewed pla
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -216,9 +215,9 @@ class SnapshotOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         run = run_folder(context)
-        if (run.snapshot / "manifest.json").is_file():
+        m = run.manifest()
+        if m is not None:
             self.log.info("reusing the complete snapshot %s (written by an earlier try)", run.snapshot)
-            m = json.loads((run.snapshot / "manifest.json").read_text())
             return {"path": str(run.snapshot), "fingerprint": m.get("fingerprint"), "reused": True}
         target = _zk(self.zk_conn_id)
         self.log.info("snapshot of %s -> %s", target, run.snapshot)
@@ -302,7 +301,7 @@ class RiskOperator(SparkSubmitOperator):
         run = run_folder(context)
         step = "risk_after" if self.after_plan else "risk"
         final = run.step(step)
-        if not (final / "summary.json").is_file():
+        if not run.complete(step):
             req = self._request(run, final)
             call(step, api.risk_submit, req)  # bad input fails here, before a folder or a JVM exists
             try:
@@ -327,11 +326,13 @@ class RiskOperator(SparkSubmitOperator):
                 self.env_vars = submit_env()
                 self.log.info("risk (%s): %s %s", step, self.application, " ".join(self.application_args))
                 super().execute(context)
-                if not (tmp / "summary.json").is_file():
-                    raise AirflowException(f"the Spark job ended without writing {final}/summary.json")
+                if not api.step_complete(tmp, step):
+                    raise AirflowException(f"the Spark job ended without writing its risk summary in {final}")
         else:
             self.log.info("reusing the complete %s (written by an earlier try)", final)
-        summary = json.loads((final / "summary.json").read_text())
+        summary = run.risk_summary(after_plan=self.after_plan)
+        if summary is None:
+            raise AirflowException(f"{final} holds no readable risk summary")
         self.log.info("risk level %s (%s)", summary["level"].upper(),
                       ", ".join(f"{k}: {v}" for k, v in summary["level_by_state"].items()))
         return {"path": str(final), "level": summary["level"], "level_by_state": summary["level_by_state"]}
@@ -349,14 +350,18 @@ class PlanOperator(BaseOperator):
     def request(self, run: api.RunFolder) -> Any:
         raise NotImplementedError
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def result(self, plan: api.Plan, context: Context) -> Any:
+        """The task's XCom: the plan's figures (the restart plan returns its steps instead)."""
+        return _plan_xcom(plan)
+
+    def execute(self, context: Context) -> Any:
         run = run_folder(context)
-        if (run.plan / "plan.json").is_file():
+        if run.complete("plan"):
             plan = call("plan", api.read_plan, run.plan)
             self.log.info("reusing the plan %s already in %s (a plan is never replaced)", plan.id, run.plan)
-            return _plan_xcom(plan)
-        out = call("plan", type(self).PLAN, self.request(run), progress=_log_progress(self))
-        return _plan_xcom(out.plan)
+        else:
+            plan = call("plan", type(self).PLAN, self.request(run), progress=_log_progress(self)).plan
+        return self.result(plan, context)
 
 
 class DrainPlanOperator(PlanOperator):
@@ -508,8 +513,7 @@ class PublishOperator(BaseOperator):
 
         run = run_folder(context)
         plan = call("publish", api.read_plan, run.plan)
-        before = runs.read_json(run.risk / "summary.json")
-        after = runs.read_json(run.risk_after / "summary.json")
+        before, after = run.risk_summary(), run.risk_summary(after_plan=True)
         pairs = sm.scenario_pairs(after, before)
         after_level = (after or {}).get("level_by_state", {}).get("plan")
         before_level = (after or before or {}).get("level_by_state", {}).get("current")
@@ -810,8 +814,7 @@ class ReportOperator(BaseOperator):
         run = run_folder(context)
         plan = call("report", api.read_plan, run.plan)
         report = runs.read_json(run.report) or {}
-        pairs = sm.scenario_pairs(runs.read_json(run.risk_after / "summary.json"),
-                                  runs.read_json(run.risk / "summary.json"))
+        pairs = sm.scenario_pairs(run.risk_summary(after_plan=True), run.risk_summary())
         self.log.info("%s\nverification (%s):\n%s", sm.text_report(plan, pairs), run.report,
                       api.verify_report_text(report) if report else "no report.json: verify did not finish")
         runs.update_review(run, status="done", report=str(run.report) if report else None)
@@ -838,9 +841,9 @@ class IdleCheckOperator(BaseOperator):
 
     def execute(self, context: Context) -> None:
         run = run_folder(context)
-        manifest = runs.read_json(run.snapshot / "manifest.json")
+        manifest = run.manifest()
         if manifest is None:
-            raise AirflowFailException(f"{run.snapshot}/manifest.json is missing: no snapshot to check")
+            raise AirflowFailException(f"{run.snapshot} holds no complete snapshot: nothing to check")
         inflight = manifest.get("reassignment_in_flight") or []
         if inflight:
             names = ", ".join(f"{e['topic']}-{e['partition']}" for e in inflight[:10])

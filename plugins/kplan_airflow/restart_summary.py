@@ -1,6 +1,6 @@
 """What a reviewer reads about a restart plan (kind "restart"): the roll step by step, the replay's risk of
 each step before and after the plan, the temporary replicas beside what a full drain would move, and what
-cannot move. Pure functions of the plan model and the risk summary (summary.json, kplan-risk/1)."""
+cannot move. Pure functions of the plan model and the risk summary (kplan-risk/1, RunFolder.risk_summary)."""
 
 from __future__ import annotations
 

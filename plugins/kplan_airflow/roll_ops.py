@@ -19,7 +19,6 @@ person (Airflow's human-in-the-loop: Required Actions) whether to go on with the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -32,6 +31,7 @@ from airflow.sdk.timezone import utcnow
 
 from kplan_airflow import runs
 from kplan_airflow.operators import (
+    PlanOperator,
     _disk_usage,
     _ints,
     _log_progress,
@@ -51,12 +51,15 @@ if TYPE_CHECKING:
 CONTINUE, STOP = "Continue with the next broker", "Stop the roll here"
 
 
-class RestartPlanOperator(BaseOperator):
-    """The restart plan (<run>/plan): temporary replicas, roll order, each step's demotion."""
+class RestartPlanOperator(PlanOperator):
+    """The restart plan (<run>/plan): temporary replicas, roll order, each step's demotion. The plan step of
+    every DAG (PlanOperator); its XCom is the step indexes (what the broker tasks are mapped over), the plan's
+    figures go to the XCom key `plan`."""
+
+    PLAN = staticmethod(api.plan_restart)
 
     template_fields: Sequence[str] = ("brokers", "order", "exclude_topics", "max_concurrent_per_broker",
                                       "kafka_version", "max_disk_usage")
-    ui_color = "#eefde8"
 
     def __init__(self, *, brokers: Any, order: str = "auto", exclude_topics: str | None = None,
                  max_concurrent_per_broker: Any = 5, kafka_version: str = "3.7", max_disk_usage: Any = None,
@@ -66,21 +69,16 @@ class RestartPlanOperator(BaseOperator):
         self.max_concurrent_per_broker, self.kafka_version = max_concurrent_per_broker, kafka_version
         self.max_disk_usage = max_disk_usage
 
-    def execute(self, context: Context) -> list[int]:
-        """Returns the step indexes (what the broker tasks are mapped over); the plan's figures go to the XCom
-        key `plan`."""
-        run = run_folder(context)
-        if (run.plan / "plan.json").is_file():
-            plan = call("plan", api.read_plan, run.plan)
-            self.log.info("reusing the plan %s already in %s (a plan is never replaced)", plan.id, run.plan)
-        else:
-            req = api.RestartRequest(snapshot=run.snapshot, out=run.plan, brokers=_ints(self.brokers, "brokers"),
-                                     order=str(self.order or "auto"), exclude_topics=self.exclude_topics or None,
-                                     max_concurrent_per_broker=int(self.max_concurrent_per_broker),
-                                     kafka_version=str(self.kafka_version or "3.7"), **_disk_usage(self.max_disk_usage))
-            if not req.brokers:
-                raise AirflowFailException("brokers is empty: name at least one broker to restart")
-            plan = call("plan", api.plan_restart, req, progress=_log_progress(self)).plan
+    def request(self, run: api.RunFolder) -> api.RestartRequest:
+        req = api.RestartRequest(snapshot=run.snapshot, out=run.plan, brokers=_ints(self.brokers, "brokers"),
+                                 order=str(self.order or "auto"), exclude_topics=self.exclude_topics or None,
+                                 max_concurrent_per_broker=int(self.max_concurrent_per_broker),
+                                 kafka_version=str(self.kafka_version or "3.7"), **_disk_usage(self.max_disk_usage))
+        if not req.brokers:
+            raise AirflowFailException("brokers is empty: name at least one broker to restart")
+        return req
+
+    def result(self, plan: api.Plan, context: Context) -> list[int]:
         order = list(plan.section("roll").get("order", ()))
         context["ti"].xcom_push(key="plan", value={**_plan_xcom(plan), "order": order})
         return list(range(len(order)))
@@ -209,7 +207,7 @@ class RollStepOperator(HITLOperator):
         self.log.info("%s", out.message)
         result = {"step": i, "state": out.state, "steps_done": out.steps_done, "cannot_move": list(out.cannot_move)}
         if _truthy(self.pause) and i + 1 < out.steps_total:
-            order = json.loads((run.plan / "plan.json").read_text())["roll"]["order"]
+            order = list(call("pause", api.read_plan, run.plan).section("roll")["order"])
             self.subject = (f"Broker {order[i]} restarted (step {i + 1}/{out.steps_total}, gates passed): continue "
                             f"with broker {order[i + 1]}?")
             self.body = (f"Step {i + 1} of the restart roll is done: broker {order[i]} is registered again, back in "
@@ -274,7 +272,7 @@ class RollReportOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         run = run_folder(context)
-        if not (run.plan / "plan.json").is_file():
+        if not run.complete("plan"):
             raise AirflowFailException("no plan in this run: nothing was rolled")
         target = _zk(self.zk_conn_id)
         st = call("report", api.roll_status, target.connect, run.plan, auth=target.auth)

@@ -1,6 +1,6 @@
 """What a reviewer reads: the plan's figures and the drain risk before/after per scenario, as data (the
 review pages' JSON), as Markdown (the approval's body) and as text (the demo's printout). Pure functions of
-the plan model and the risk summaries (`summary.json`, kplan-risk/1); no Airflow imports."""
+the plan model and the risk summaries (kplan-risk/1, RunFolder.risk_summary); no Airflow imports."""
 
 from __future__ import annotations
 

@@ -12,11 +12,12 @@ from typing import Any
 
 from kplan_airflow import runs
 from kplan_airflow import summary as sm
-from planner import api
+from planner import api, plan_model
 from planner.api import PlannerError
 
 _KEY = re.compile(r"^[A-Za-z0-9._-]+$")
-DOWNLOADS = ("reassignment.json", "rollback.json", "plan.json")
+# the plan folder's files a reviewer downloads (the reassignment files first, as Kafka's tool reads them)
+DOWNLOADS = tuple(sorted(plan_model.FILES, key=lambda f: f.startswith("plan")))
 
 
 class NotFound(LookupError):
@@ -33,13 +34,13 @@ def _run_dir(root: Path, dag_key: str, run_key: str) -> Path:
 
 
 def _status(folder: api.RunFolder, review: dict[str, Any]) -> str:
-    progress = runs.read_json(folder.apply / "progress.json")
+    progress = folder.progress("apply")
     status = review.get("status")
     if status == "applying" and progress:
         return f"applying ({progress.get('units_done', 0)}/{progress.get('units_total', '?')} batches)"
     if status:
         return str(status)
-    return "planned" if (folder.plan / "plan.json").is_file() else "planning"
+    return "planned" if folder.complete("plan") else "planning"
 
 
 BAD = ("rejected", "failed", "apply refused", "apply failed", "apply stopped", "apply cancelled", "apply reverted",
@@ -92,7 +93,7 @@ def list_plans(root: Path) -> list[dict[str, Any]]:
         for run_dir in (p for p in dag_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
             folder = api.RunFolder(run_dir)
             review = runs.read_json(run_dir / runs.REVIEW) or {}
-            if not review and not (folder.plan / "plan.json").is_file():
+            if not review and not folder.complete("plan"):
                 continue
             row: dict[str, Any] = {
                 "dag_key": dag_dir.name, "run_key": run_dir.name, "dag_id": review.get("dag_id", dag_dir.name),
@@ -143,12 +144,9 @@ def progress(root: Path, dag_key: str, run_key: str) -> dict[str, Any]:
     folder = api.RunFolder(_run_dir(root, dag_key, run_key))
     review = runs.read_json(folder.root / runs.REVIEW) or {}
     return {"status": _status(folder, review), "outcome": outcome(review),
-            "apply": runs.read_json(folder.apply / "progress.json"),
-            "apply_outcome": runs.read_json(folder.apply / "outcome.json"),
-            "verify": runs.read_json(folder.verify / "progress.json"),
-            "report": runs.read_json(folder.report),
-            "roll": runs.read_json(folder.root / "roll" / "progress.json"),
-            "roll_outcome": runs.read_json(folder.root / "roll" / "outcome.json")}
+            "apply": folder.progress("apply"), "apply_outcome": folder.outcome("apply"),
+            "verify": folder.progress("verify"), "report": runs.read_json(folder.report),
+            "roll": folder.progress("roll"), "roll_outcome": folder.outcome("roll")}
 
 
 def snapshot_age_warning(snapshot: Any, review: dict[str, Any], now: float | None = None) -> str | None:
@@ -181,8 +179,7 @@ def plan_page(root: Path, dag_key: str, run_key: str, now: float | None = None) 
     except PlannerError as e:
         return {"dag_key": dag_key, "run_key": run_key, "review": review, "error": str(e),
                 "outcome": outcome(review), "status": _status(folder, review)}
-    before = runs.read_json(folder.risk / "summary.json")
-    after = runs.read_json(folder.risk_after / "summary.json")
+    before, after = folder.risk_summary(), folder.risk_summary(after_plan=True)
     sizes = {(m.topic, m.partition): m.bytes for m in plan.moves}
     # the rates apply copies at: the run's throttle (its review record) or the plan's suggestion
     schedule = api.apply_schedule(plan, review.get("throttle"), True)
@@ -222,7 +219,7 @@ def plan_page(root: Path, dag_key: str, run_key: str, now: float | None = None) 
         "brokers": _per_broker(plan), "batches": batches, "moves_total": len(plan.moves),
         "apply": figures_apply,
         "snapshot": _plain(plan.snapshot), "parameters": _plain(plan.parameters),
-        "progress": progress(root, dag_key, run_key), "outcome": outcome(review), "stale_snapshot": stale,
+        "progress": progress(root, dag_key, run_key), "downloads": list(DOWNLOADS), "outcome": outcome(review), "stale_snapshot": stale,
     }
 
 

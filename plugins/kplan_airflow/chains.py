@@ -1,0 +1,59 @@
+"""The tasks the DAGs share, built in one place: the snapshot, the review (publish -> approve) and the way a
+plan is carried out (apply -> verify -> report). A DAG file says only what is its own: its params, its plan
+and risk tasks, and the arguments that differ (templated from its params with `param`).
+
+Cheap to import (the DAG files use it): the operators it builds import their heavy parts at run time.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from kplan_airflow.operators import (
+    ApplyOperator,
+    PlanApprovalOperator,
+    PublishOperator,
+    ReportOperator,
+    SnapshotOperator,
+    VerifyOperator,
+)
+
+# read-only steps are retried; only transient faults (ZooKeeper unreachable, a lost session) get that far
+READ_ONLY: dict[str, Any] = {"retries": 2, "retry_delay": timedelta(seconds=20)}
+
+
+def param(name: str) -> str:
+    """The DAG run's param `name`, as a template (rendered as a native object: the DAGs set
+    render_template_as_native_obj)."""
+    return "{{ params." + name + " }}"
+
+
+def snapshot(**kwargs: Any) -> SnapshotOperator:
+    """Task `snapshot`: the cluster from the run's ZooKeeper connection (param zk_conn_id), retried."""
+    return SnapshotOperator(task_id="snapshot", zk_conn_id=param("zk_conn_id"), **kwargs, **READ_ONLY)
+
+
+def review(*, approval_timeout: timedelta = timedelta(hours=24), **publish: Any
+           ) -> tuple[PublishOperator, PlanApprovalOperator]:
+    """Tasks `publish` >> `approve`: the plan published for review, then a person's answer (or none needed, as
+    the publish task decided). `publish`: PublishOperator's arguments (throttle, auto-approve limits)."""
+    pub = PublishOperator(task_id="publish", **publish)
+    def published(key: str) -> str:
+        return "{{ ti.xcom_pull(task_ids='publish')['" + key + "'] }}"
+
+    approve = PlanApprovalOperator(task_id="approve", subject=published("subject"), body=published("body"),
+                                   require_approval=published("require_approval"), response_timeout=approval_timeout)
+    pub >> approve
+    return pub, approve
+
+
+def carry_out(**apply: Any) -> tuple[ApplyOperator, VerifyOperator, ReportOperator]:
+    """Tasks `apply` >> `verify` >> `report` on the run's ZooKeeper connection; verify waits up to the param
+    verify_timeout. `apply`: ApplyOperator's arguments (throttle, no_throttle, concurrency, reason)."""
+    apply_task = ApplyOperator(task_id="apply", zk_conn_id=param("zk_conn_id"), **apply)
+    verify = VerifyOperator(task_id="verify", zk_conn_id=param("zk_conn_id"), timeout=param("verify_timeout"),
+                            **READ_ONLY)
+    report = ReportOperator(task_id="report")
+    apply_task >> verify >> report
+    return apply_task, verify, report
