@@ -15,12 +15,13 @@ brokers), leadership changes (necessary / optional, and what the other leader sc
 Every kplan run is a fresh `python -m planner.cli plan ...` child (wall time and its own peak RSS from
 wait4); medians over --repeat runs (--repeat-large for the 1M cases). `--generate` (bench/kafka_generate.py,
 Kafka's AdminUtils assignment re-implemented) runs on the same snapshot in a child too: over the brokers that
-remain (drain) or all registered brokers (rebalance). `--baseline DIR` runs the same cases once with the kplan
-checkout in DIR (e.g. a git worktree of the commit before a change), stopped after --baseline-timeout
-seconds. Writes bench/out/plan.json.
+remain (drain) or all registered brokers (rebalance). `--baseline REV|DIR` runs the cases marked for it with
+the kplan of that commit (exported with `git archive`, bench/baseline.py) or checkout folder too, alternately
+with this checkout run by run, as many runs each (stopped after --baseline-timeout seconds): medians side by
+side, their ratio, and whether both made the same plan (moves, spreads). Writes bench/out/plan.json.
 
     .venv/bin/python bench/bench_plan.py [--quick] [--repeat 3] [--repeat-large 1] [--only skewed]
-                                         [--baseline /tmp/base --baseline-timeout 900]
+                                         [--baseline d34e8c8 --baseline-timeout 900]
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
+
+from baseline import baseline_tree  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------------ children
@@ -153,6 +156,7 @@ def _median(runs: list[dict]) -> dict:
 
 # --------------------------------------------------------------------------------------------- snapshots
 def _snapshot(work: Path, name: str, make) -> str:
+    """The snapshot `name` in `work`, generated the first time."""
     from planner.synth import to_snapshot
 
     path = work / name
@@ -163,26 +167,28 @@ def _snapshot(work: Path, name: str, make) -> str:
     return str(path)
 
 
-def _snapshots(work: Path, quick: bool) -> dict[str, str]:
+def _snapshots(work: Path, quick: bool, wanted: set[str]) -> dict[str, str]:
+    """The snapshots of the cases that will run (`wanted`; the 1M ones only without --quick)."""
     from skewed_cluster import skewed_cluster
 
     from planner.synth import synth_cluster
 
-    snaps = {
-        "u30k": _snapshot(work, "s30k", lambda: synth_cluster(brokers=30, partitions=30_000, rf=3, racks=3,
-                                                              seed=4)),
-        "u200k": _snapshot(work, "s200k", lambda: synth_cluster(brokers=200, partitions=200_000, rf=3, racks=3,
-                                                                seed=1)),
-        "u200k+10": _snapshot(work, "s200k_new10", lambda: synth_cluster(brokers=200, partitions=200_000, rf=3,
-                                                                         racks=3, empty_brokers=10, seed=2)),
-        "k200k": _snapshot(work, "skewed200k", lambda: skewed_cluster(partitions=200_000, seed=11)),
+    makers = {
+        "u30k": ("s30k", lambda: synth_cluster(brokers=30, partitions=30_000, rf=3, racks=3, seed=4)),
+        "u200k": ("s200k", lambda: synth_cluster(brokers=200, partitions=200_000, rf=3, racks=3, seed=1)),
+        "u200k+10": ("s200k_new10", lambda: synth_cluster(brokers=200, partitions=200_000, rf=3, racks=3,
+                                                          empty_brokers=10, seed=2)),
+        "k200k": ("skewed200k", lambda: skewed_cluster(partitions=200_000, seed=11)),
+        "u1m": ("s1m", lambda: synth_cluster(brokers=200, partitions=1_000_000, rf=3, racks=3, seed=3)),
+        "k1m": ("skewed1m", lambda: skewed_cluster(partitions=1_000_000, seed=11)),
     }
-    if not quick:
-        snaps["u1m"] = _snapshot(work, "s1m", lambda: synth_cluster(brokers=200, partitions=1_000_000, rf=3,
-                                                                    racks=3, seed=3))
-        snaps["k1m"] = _snapshot(work, "skewed1m", lambda: skewed_cluster(partitions=1_000_000, seed=11))
-    return snaps
+    return {key: _snapshot(work, name, make) for key, (name, make) in makers.items()
+            if key in wanted and not (quick and key.endswith("1m"))}
 
+
+# the plan figures a baseline must match for "the same plan"
+SAME_PLAN = ("replica_moves", "lower_bound_moves", "bytes_moved", "replica_spread_after", "leader_spread_after",
+             "topics_over_ceil", "leadership_changes", "batches")
 
 # (label, snapshot, kind, drained brokers, extra argv, target s, target MiB, baseline?)
 CASES = [
@@ -207,7 +213,8 @@ def main() -> int:
     ap.add_argument("--repeat-large", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="skip the million-partition cases")
     ap.add_argument("--only", help="run only the cases whose label contains this text")
-    ap.add_argument("--baseline", type=Path, help="an older kplan checkout to run the same cases with, once")
+    ap.add_argument("--baseline", help="an older kplan (a commit or a checkout folder) to run the cases marked for "
+                    "it with, alternately with this one")
     ap.add_argument("--baseline-timeout", type=float, default=900)
     ap.add_argument("--work", type=Path, default=HERE / "out" / "work")
     args = ap.parse_args()
@@ -218,7 +225,9 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     print("generating snapshots (uniform: synth_cluster, RF 3, 3 racks; skewed: bench/skewed_cluster.py)",
           flush=True)
-    snaps = _snapshots(args.work, args.quick)
+    wanted = {snap for label, snap, *_ in CASES if not args.only or args.only in label}
+    snaps = _snapshots(args.work, args.quick, wanted)
+    base = baseline_tree(args.baseline, args.work) if args.baseline else None
     load = os.getloadavg()
     results = []
     for label, snap, kind, brokers, extra, target_s, target_mib, with_base in CASES:
@@ -231,21 +240,31 @@ def main() -> int:
         argv = [kind, "--snapshot", snaps[snap], "--out", str(out_dir), *extra]
         if kind == "drain":
             argv += ["--brokers", brokers]
-        plan = _median([run_kplan(ROOT, argv) for _ in range(reps)])
+        base_argv = [x if x != str(out_dir) else str(out_dir) + "_baseline" for x in argv]
+        now_runs, base_runs = [], []
+        for _ in range(reps):   # alternating, run by run
+            now_runs.append(run_kplan(ROOT, argv))
+            if base is not None and with_base:
+                base_runs.append(run_kplan(base, base_argv, args.baseline_timeout))
+        plan = _median(now_runs)
         row = {"case": label, "snapshot": snap, "kind": kind, "brokers": brokers, "argv": extra, "kplan": plan,
                "target_wall_s": target_s, "target_rss_mib": target_mib,
                "meets_time": plan["wall_s"] <= target_s,
                "meets_memory": target_mib is None or plan["rss_mib"] <= target_mib,
                "load_average_1m": round(os.getloadavg()[0], 1)}
         row["kafka_generate"] = _child_generate(snaps[snap], brokers or "-")
-        if args.baseline and with_base:
-            base_argv = [x if x != str(out_dir) else str(out_dir) + "_baseline" for x in argv]
-            row["baseline"] = run_kplan(args.baseline.resolve(), base_argv, args.baseline_timeout)
+        if base_runs:
+            row["baseline"] = b = _median(base_runs) if not any(r.get("timed_out") for r in base_runs) \
+                else base_runs[-1]
+            if not b.get("timed_out"):
+                row["ratio_wall_now_over_baseline"] = round(plan["wall_s"] / b["wall_s"], 3)
+                row["same_plan_as_baseline"] = all(plan[k] == b[k] for k in SAME_PLAN)
         results.append(row)
         _print_row(row)
     (HERE / "out").mkdir(exist_ok=True)
     (HERE / "out" / "plan.json").write_text(json.dumps({
         "machine": {"cpus": os.cpu_count(), "load_average_at_start": [round(x, 1) for x in load]},
+        "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
         "baseline": str(args.baseline) if args.baseline else None, "results": results}, indent=2) + "\n")
     print(f"\nwrote {HERE / 'out' / 'plan.json'}")
     return 0 if all(r["meets_time"] and r["meets_memory"] for r in results) else 1
@@ -277,7 +296,11 @@ def _print_row(row: dict) -> None:
               f"({alt['optional']} optional), leader spread {alt['leader_spread_after']}, topics above ceil "
               f"{alt['topics_over_ceil_partitions_per_broker']}")
     if row.get("baseline"):
-        print(f"  baseline   {_fmt_plan(row['baseline'])}")
+        b = row["baseline"]
+        print(f"  baseline   {_fmt_plan(b)}" + (f"  [runs {b['runs_wall_s']}]" if "runs_wall_s" in b else ""))
+        if "ratio_wall_now_over_baseline" in row:
+            print(f"             now / baseline: wall x{row['ratio_wall_now_over_baseline']:.2f}, same plan: "
+                  f"{row['same_plan_as_baseline']}")
     g = row["kafka_generate"]
     print(f"  --generate algorithm {g['generate_s']:.2f}s: moves {g['replica_moves']} ({g['partitions_changed']} "
           f"partitions changed), replica spread {g['replica_spread_after']}, leader spread "

@@ -8,8 +8,11 @@ it was loaded from (fingerprint computed independently by planner.synth, partiti
 
     .venv/bin/python bench/bench_snapshot.py            # everything (~5 minutes on 2 cores)
     .venv/bin/python bench/bench_snapshot.py --quick    # 200k only, multiRead only
+    .venv/bin/python bench/bench_snapshot.py --quick --runs 5 --baseline d34e8c8   # side by side with a commit
 
-Prints a table and writes bench/out/snapshot.json.
+`--baseline REV|DIR`: every run of this checkout is followed by one of that commit's kplan (exported with `git
+archive`, bench/baseline.py) or checkout folder, on the same ZooKeeper, checked the same way: medians side by
+side and their ratio. Prints a table and writes bench/out/snapshot.json.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from baseline import baseline_tree, env_for  # noqa: E402
 
 from planner import loader, synth  # noqa: E402
 from planner import zk as zkmod  # noqa: E402
@@ -49,13 +55,15 @@ def tree_rss(proc: psutil.Process) -> int:
     return total
 
 
-def run_snapshot(connect: str, out: Path, workers: int, read_mode: str) -> dict:
+def run_snapshot(connect: str, out: Path, workers: int, read_mode: str, root: Path = ROOT) -> dict:
+    """`kplan snapshot` of the checkout at `root` as a child: wall, peak RSS of its process tree, manifest."""
     # --no-sizes: the brokers loaded here are registrations only, with nothing listening (bench_sizes.py measures
     # the snapshot with sizes read from the brokers, on the emulated engine)
     cmd = [sys.executable, "-m", "planner.cli", "snapshot", "--zk", connect, "--out", str(out), "--no-sizes",
            "--workers", str(workers), "--read-mode", read_mode]
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=root, env=env_for(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     ps = psutil.Process(proc.pid)
     peak = 0
     stop = threading.Event()
@@ -81,7 +89,8 @@ def run_snapshot(connect: str, out: Path, workers: int, read_mode: str) -> dict:
     return {"wall_s": round(wall, 3), "peak_rss_mib": round(peak / 2**20, 1), "manifest": manifest}
 
 
-def bench_scale(partitions: int, runs: int, variants: list[tuple[str, int, int]], heap_mb: int) -> list[dict]:
+def bench_scale(partitions: int, runs: int, variants: list[tuple[str, int, int]], heap_mb: int,
+                base: Path | None = None) -> list[dict]:
     print(f"\n== {partitions:,} partitions, 200 brokers, RF 3", flush=True)
     c = synth.synth_cluster(brokers=200, partitions=partitions, rf=3, racks=4, seed=7, shrunk_isr_fraction=0.02,
                             moved_leader_fraction=0.05)
@@ -104,22 +113,24 @@ def bench_scale(partitions: int, runs: int, variants: list[tuple[str, int, int]]
             print(f"loaded {loaded.znodes:,} znodes in {load_s:.1f} s", flush=True)
             for read_mode, workers, n_runs in variants:
                 n_runs = n_runs or runs
-                samples = []
+                samples: dict[str, list[dict]] = {"now": [], "baseline": []}
                 for i in range(n_runs):
-                    r = run_snapshot(connect, work / f"snap-{read_mode}-{workers}-{i}", workers, read_mode)
-                    m = r.pop("manifest")
-                    assert m["fingerprint"] == expected_fp, "snapshot does not match the loaded cluster"
-                    assert m["counts"]["partitions"] == partitions and m["consistency"]["consistent"]
-                    samples.append(r)
-                    print(f"  {read_mode:9s} workers={workers} run {i + 1}/{n_runs}: {r['wall_s']:.2f} s, "
-                          f"peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
-                walls = [s["wall_s"] for s in samples]
-                results.append({
-                    "partitions": partitions, "brokers": 200, "rf": 3, "read_mode": read_mode, "workers": workers,
-                    "runs": n_runs, "median_s": round(statistics.median(walls), 3), "min_s": min(walls),
-                    "max_s": max(walls), "peak_rss_mib": max(s["peak_rss_mib"] for s in samples),
-                    "load_s": round(load_s, 1), "znodes": loaded.znodes,
-                })
+                    for label, root in [("now", ROOT)] + ([("baseline", base)] if base else []):   # alternating
+                        r = run_snapshot(connect, work / f"snap-{label}-{read_mode}-{workers}-{i}", workers,
+                                         read_mode, root)
+                        m = r.pop("manifest")
+                        assert m["fingerprint"] == expected_fp, "snapshot does not match the loaded cluster"
+                        assert m["counts"]["partitions"] == partitions and m["consistency"]["consistent"]
+                        samples[label].append(r)
+                        print(f"  {label:8s} {read_mode:9s} workers={workers} run {i + 1}/{n_runs}: "
+                              f"{r['wall_s']:.2f} s, peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
+                row = {"partitions": partitions, "brokers": 200, "rf": 3, "read_mode": read_mode, "workers": workers,
+                       "runs": n_runs, **_stats(samples["now"]), "load_s": round(load_s, 1), "znodes": loaded.znodes,
+                       "load_average_1m": round(os.getloadavg()[0], 2)}
+                if base:
+                    row["baseline"] = _stats(samples["baseline"])
+                    row["ratio_now_over_baseline"] = round(row["median_s"] / row["baseline"]["median_s"], 3)
+                results.append(row)
         finally:
             client.stop()
             client.close()
@@ -129,27 +140,43 @@ def bench_scale(partitions: int, runs: int, variants: list[tuple[str, int, int]]
     return results
 
 
+def _stats(samples: list[dict]) -> dict:
+    walls = [s["wall_s"] for s in samples]
+    return {"median_s": round(statistics.median(walls), 3), "min_s": min(walls), "max_s": max(walls),
+            "walls_s": walls, "peak_rss_mib": max(s["peak_rss_mib"] for s in samples)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="200k partitions with multiRead only")
     ap.add_argument("--runs", type=int, default=3, help="runs per variant at 200k (median reported)")
+    ap.add_argument("--partitions", type=int, default=200_000, help="the first scale (a smaller one for a try)")
+    ap.add_argument("--baseline", help="a commit (or a checkout folder) whose kplan runs alternately with this one")
     args = ap.parse_args()
-    results = bench_scale(200_000, args.runs,
+    load = os.getloadavg()
+    base = baseline_tree(args.baseline, OUT / "work") if args.baseline else None
+    results = bench_scale(args.partitions, args.runs,
                           [("multiread", 1, 0)] + ([] if args.quick else [("multiread", 2, 2), ("plain", 1, 1)]),
-                          heap_mb=3072)
+                          heap_mb=3072, base=base)
     if not args.quick:
-        results += bench_scale(1_000_000, 2, [("multiread", 1, 2), ("multiread", 2, 1)], heap_mb=6144)
+        results += bench_scale(1_000_000, 2, [("multiread", 1, 2), ("multiread", 2, 1)], heap_mb=6144, base=base)
     print("\n| partitions | read mode | workers | runs | median s | min s | max s | peak RSS MiB |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(f"| {r['partitions']:,} | {r['read_mode']} | {r['workers']} | {r['runs']} | {r['median_s']:.2f} | "
               f"{r['min_s']:.2f} | {r['max_s']:.2f} | {r['peak_rss_mib']:.0f} |")
+        if "baseline" in r:
+            b = r["baseline"]
+            print(f"| {args.baseline} | | | | {b['median_s']:.2f} | {b['min_s']:.2f} | {b['max_s']:.2f} | "
+                  f"{b['peak_rss_mib']:.0f} |  now / baseline x{r['ratio_now_over_baseline']:.2f}")
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "snapshot.json").write_text(json.dumps({
         "benchmark": "kplan snapshot from a local ZooKeeper 3.9 (pyspark jars)",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "memory_gib": round(psutil.virtual_memory().total / 2**30, 1)},
         "target": "200 brokers / 200,000 partitions / RF 3: <= 20 s wall, <= 2 GiB RSS on 2 cores",
+        "baseline": args.baseline, "load_average_at_start": [round(x, 2) for x in load],
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "results": results,
     }, indent=2) + "\n")
     print(f"\nwrote {OUT / 'snapshot.json'}")

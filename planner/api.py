@@ -50,8 +50,10 @@ from planner.errors import (
     PlannerError,
     RollStopped,
     SafetyRefusal,
+    WrongPlanKind,
     ZkUnavailable,
 )
+from planner.intent import next_steps as intent_steps
 from planner.plan_model import ApplySchedule, Plan, apply_schedule, read_plan
 from planner.requests import (
     ApplyOutcome,
@@ -87,7 +89,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ApplySchedule", "Plan", "ProgressFn",
     "BadInput", "KraftMigration", "NextStep", "NoThrottle", "NotConverged", "NotYourTurn", "PlannerError", "RiskSubmit", "RollStopped",
-    "SafetyRefusal", "ZkUnavailable", "roll_status",
+    "SafetyRefusal", "WrongPlanKind", "ZkUnavailable", "roll_status",
     "risk_submit",
     "ApplyOutcome", "ApplyRequest", "CancelOutcome", "CancelRequest", "DrainRequest", "PlanOutcome", "Progress",
     "RebalanceRequest", "RestartRequest", "ReturnRequest", "RollOutcome", "RollRequest", "roll", "RiskOutcome", "BrokerRow", "BrokersRequest", "ClearOutcome",
@@ -314,7 +316,7 @@ def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyO
     if r.converged:
         return VerifyOutcome(r.path, r.plan_id, True, (), tuple(r.warnings), r.report, r.message)
     if req.fail:
-        raise NotConverged(r.message)
+        raise NotConverged(r.message, next_steps=intent_steps(r.report.get("intent")))
     report = r.report
     pending = tuple((s["partition"].rsplit("-", 1)[0], int(s["partition"].rsplit("-", 1)[1]))
                     for s in report.get("stalled", ()))

@@ -21,12 +21,20 @@ import threading
 from planner import __version__
 from planner.commands._signals import SIGNALS
 from planner.commands._zkargs import said
-from planner.errors import NoThrottle, PlannerError
+from planner.errors import NoThrottle, PlannerError, WrongPlanKind
+
 
 # What gets past an error, in the command line's words (the library's message states the fact).
-REMEDY: dict[type[PlannerError], str] = {
-    NoThrottle: ": give a throttle (--throttle RATE, e.g. 50MB), or say --no-throttle to copy at full speed on purpose",
-}
+def remedy(e: PlannerError, args: argparse.Namespace) -> str:
+    """What gets past an error of this type, in command-line terms (errors.py: the type says what would)."""
+    if isinstance(e, NoThrottle):
+        return ": give a throttle (--throttle RATE, e.g. 50MB), or say --no-throttle to copy at full speed on purpose"
+    if isinstance(e, WrongPlanKind):
+        if e.kind == "restart":
+            return (f": run it with `kplan roll --zk … --plan {e.path}` (it adds the temporary replicas, restarts each "
+                    f"broker with its gates and undoes them); `kplan {args.command}` does not")
+        return ": `kplan roll` runs restart plans (kplan plan restart); apply this one with `kplan apply`"
+    return ""
 COMMANDS = ["sandbox", "snapshot", "risk", "plan", "apply", "verify", "cancel", "brokers", "maintenance", "roll"]
 
 
@@ -81,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             return SIGNALS.exit_code()
         if isinstance(e, PlannerError):
             print(f"kplan {args.command}: error: {said(str(e), e.next_steps, args)}"
-                  + REMEDY.get(type(e), ""), file=sys.stderr)
+                  + remedy(e, args), file=sys.stderr)
             return e.exit_code
         if isinstance(e, OSError):
             where = f" ({e.filename})" if e.filename else ""

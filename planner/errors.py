@@ -6,20 +6,29 @@ Two questions a scheduler asks of any failure, answered by attributes rather tha
   Bad input and safety refusals are not retryable: the same request fails the same way.
 
 Messages carry facts. What to do next is data, worded by whoever presents it (the CLI as a command line or a
-flag, the Airflow layer as a task or a param): `next_steps` names the steps to run next on the same plan,
-and an error's type says what would get past it (NoThrottle: a rate, or no_throttle on purpose).
+flag, the Airflow layer as a task or a param): `next_steps` names the steps to run next (NextStep, STEPS), a
+request's option is named by its field (`max_concurrent_per_broker`, `partial_sizes`), and an error's type says
+what would get past it (NoThrottle: a rate, or no_throttle on purpose; WrongPlanKind: roll or apply instead).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+# The steps a NextStep may name. Every presenter words each one (the CLI as a command line, the Airflow layer as a
+# task or a DAG); tests/test_layering.py checks that both know them all.
+STEPS = ("apply", "cancel", "verify", "roll", "brokers", "maintenance clear", "plan drain", "plan return",
+         "follow-up drain")
+
 
 class NextStep(NamedTuple):
-    """A step to run next on the same plan (`apply`, `cancel`, `verify`) and what running it does."""
+    """A step to run next and what running it does: on the same plan (`apply`, `cancel`, `verify`, `roll`), or
+    on the same cluster (`brokers`: look at the maintenance states; `maintenance clear`, `plan drain`, `plan
+    return`, `follow-up drain`: a new snapshot and a drain plan for what is left), for `brokers` when given."""
 
     step: str
     does: str
+    brokers: tuple[int, ...] = ()
 
 
 class PlannerError(Exception):
@@ -42,6 +51,17 @@ class BadInput(PlannerError):
 class NoThrottle(BadInput):
     """Data batches would copy with no replication throttle, and nobody said that was on purpose: give a rate
     (`throttle`), or `no_throttle` to copy at full speed."""
+
+
+class WrongPlanKind(BadInput):
+    """A plan of a kind this step does not carry out: a restart plan is rolled (its temporary replicas, each
+    broker's restart with its gates, the undo), every other plan is applied. `kind`: the plan's; `path`: its
+    folder."""
+
+    def __init__(self, detail: str, kind: str, path: str):
+        super().__init__(detail)
+        self.kind = kind
+        self.path = path
 
 
 class NotInstalled(BadInput):

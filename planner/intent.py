@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.errors import NextStep
 from planner.text import count
 
 Key = tuple[str, int]
@@ -51,16 +52,20 @@ def reason(facts: DrainFacts, key: Key) -> str:
     return "not in the plan: moved onto the broker" + since + ", or left alone by the plan (see its warnings)"
 
 
-def follow_up(brokers: Iterable[int], connect: str | None = None) -> str:
-    ids = ",".join(map(str, brokers))
-    zk = connect or "ZK"
-    return (f"a follow-up drain of broker(s) {ids} from a new snapshot: kplan snapshot --zk {zk} --out S2 && "
-            f"kplan plan drain --snapshot S2 --brokers {ids} --out P2, review it, then kplan apply and kplan "
-            "verify P2 (Airflow: a new kafka_broker_drain run for the same brokers)")
+def follow_up(brokers: Iterable[int]) -> str:
+    """What to do when a drain's intent does not hold, in words (the steps themselves: `next_steps`)."""
+    return f"a follow-up drain of broker(s) {','.join(map(str, brokers))} from a new snapshot"
+
+
+def next_steps(intent: Mapping[str, Any] | None) -> tuple[NextStep, ...]:
+    """The follow-up drain as a step to run (errors.NextStep), when a drain's intent does not hold."""
+    if not intent or intent.get("holds", True):
+        return ()
+    return (NextStep("follow-up drain", "plans what they still host, for review", tuple(intent["brokers"])),)
 
 
 def evaluate(facts: DrainFacts, rows: Iterable[tuple[str, int, Iterable[int], int | None]],
-             connect: str | None = None, why: Callable[[Key], str] | None = None) -> dict[str, Any]:
+             why: Callable[[Key], str] | None = None) -> dict[str, Any]:
     """The intent section from every partition's (topic, partition, replicas, leader or None): {"kind":
     "drain", "brokers", "holds", "remaining": [{"topic", "partition", "replicas", "leader", "reason"}...],
     "remaining_count", "leading_count", "next", "text"}."""
@@ -79,7 +84,7 @@ def evaluate(facts: DrainFacts, rows: Iterable[tuple[str, int, Iterable[int], in
     holds = not remaining
     out: dict[str, Any] = {"kind": "drain", "brokers": sorted(drained), "holds": holds, "remaining": remaining,
                            "remaining_count": len(remaining), "leading_count": leading,
-                           "next": None if holds else follow_up(sorted(drained), connect)}
+                           "next": None if holds else follow_up(sorted(drained))}
     out["text"] = describe(out)
     return out
 

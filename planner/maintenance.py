@@ -37,7 +37,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from planner import codec
 from planner import zk as zkmod
-from planner.errors import BadInput, SafetyRefusal
+from planner.errors import BadInput, NextStep, SafetyRefusal
 from planner.execution import runstate
 from planner.execution.lock import ApplyLock, holder
 from planner.execution.runstate import LOCK_PATH, describe_holder
@@ -162,8 +162,8 @@ def decode(name: str, data: bytes | None, version: int = -1) -> Entry | None:
         return Entry(broker, state, _str(doc.get("plan_id")), _str(doc.get("run")), by, _str(doc.get("since")),
                      str(doc.get("reason") or ""), version)
     except ValueError as e:
-        return Entry(broker, UNKNOWN, reason=f"{path(broker)} is not a valid maintenance entry ({e}); clear it with "
-                                             f"`kplan maintenance clear --brokers {broker}`", version=version)
+        return Entry(broker, UNKNOWN, reason=f"{path(broker)} is not a valid maintenance entry ({e}); clearing broker "
+                                             f"{broker}'s maintenance state removes it", version=version)
 
 
 def _str(v: Any) -> str | None:
@@ -222,7 +222,9 @@ def check(current: Entry | None, actor: str, to: str | None, plan_id: str | None
         now = "in service" if current is None else current.describe()
         want = "in service" if to is None else to
         raise MaintenanceConflict(f"{actor} may not move {broker} to {want}: it is {now}. "
-                                  + _advice(current, actor) + "; nothing was written")
+                                  + _advice(current, actor) + "; nothing was written",
+                                  next_steps=() if current is None else
+                                  (NextStep("maintenance clear", "clears it", (current.broker,)),))
     if current is not None and (actor, frm) in OWNED and current.plan_id != plan_id:
         raise MaintenanceConflict(f"{actor} of plan {plan_id} may not change broker {current.broker}'s state: "
                                   f"{current.describe()} belongs to another plan; nothing was written")
@@ -231,11 +233,11 @@ def check(current: Entry | None, actor: str, to: str | None, plan_id: str | None
 def _advice(current: Entry | None, actor: str) -> str:
     if current is None:
         return "only a plan that put it into maintenance can take it on from here"
-    return {RESTARTING: "wait for its restart roll to finish, or clear it (`kplan maintenance clear`) if the roll "
-                        "was abandoned",
-            DRAINING: "verify its drain first (`kplan verify`), or clear it (`kplan maintenance clear`)",
-            UNKNOWN: "clear it first (`kplan maintenance clear`)"}.get(
-        current.state, "clear it first (`kplan maintenance clear`) if it is back in service")
+    return {RESTARTING: "wait for its restart roll to finish, or clear its maintenance state if the roll was "
+                        "abandoned",
+            DRAINING: "verify its drain first, or clear its maintenance state",
+            UNKNOWN: "clear its maintenance state first"}.get(
+        current.state, "clear its maintenance state first if it is back in service")
 
 
 def set_ops(states: States, brokers: Iterable[int], actor: str, to: str | None, *, plan_id: str | None,
@@ -319,7 +321,8 @@ def _commit(gate: WriteGate, states: States, ids: list[int], actor: str, to: str
             gate.commit(ops)
         except (BadVersionError, NodeExistsError, NoNodeError):
             raise SafetyRefusal(f"the maintenance state of brokers {ids} changed while it was being written; "
-                                "nothing was written: look again (`kplan brokers`)") from None
+                                "nothing was written", next_steps=(NextStep("brokers", "shows them as they are now"),)
+                                ) from None
     out = [Changed(b, states.get(b), to) for b in ids]
     for c in out:
         log.info("maintenance: broker %d %s -> %s (%s)", c.broker, c.before.state if c.before else "in service",
@@ -375,8 +378,8 @@ def clear(client: KazooClient, brokers: Iterable[int], expect: str | None = None
             raise BadInput(f"broker {b} is {e.state}, not {expect}: nothing was cleared ({e.describe()})")
         who = held_by(client, e)
         if who:
-            raise SafetyRefusal(f"broker {b} is {e.state} for {who}, which is running: stop it first (`kplan "
-                                "cancel`); nothing was cleared")
+            raise SafetyRefusal(f"broker {b} is {e.state} for {who}, which is running: stop it first; nothing was "
+                                "cleared", next_steps=(NextStep("cancel", "stops it"),))
     return change(client, ids, OPERATOR, None, plan_id=None, reason=reason, command="maintenance clear")
 
 

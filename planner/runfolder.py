@@ -279,5 +279,5 @@ def check_records(folder: Path, plan_id: str, names: tuple[str, ...], plan_path:
         owner = _owner(folder / n)
         if owner is not None and owner != plan_id:
             raise BadInput(f"{folder / n} holds the records of plan {owner}, not of plan {plan_id}: each plan's "
-                           "records stay its own; give another folder (--out), or move the old records away")
+                           "records stay its own; give another records folder (out), or move the old records away")
     return folder

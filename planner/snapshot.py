@@ -254,7 +254,7 @@ def _sizes_from_brokers(read: ClusterRead, tables, security: kafka_admin.KafkaSe
         r = next((x for x in denied if not (x.error or "").startswith("the broker closed")), denied[0])
         raise BadInput(f"Kafka broker {r.broker} at {r.endpoint} refused {security.describe()}: {r.error}"
                        + (f" (and {len(denied) - 1} more brokers)" if len(denied) > 1 else "")
-                       + "; check the Kafka credentials (connection or --kafka-* options)")
+                       + "; check the Kafka credentials (kafka security settings)")
     tls = [r for r in report.values() if r.status == "tls-failed"]
     if tls:
         r = tls[0]
@@ -268,13 +268,13 @@ def _sizes_from_brokers(read: ClusterRead, tables, security: kafka_admin.KafkaSe
         raise BadInput(f"no registered broker answered DescribeLogDirs over {security.describe()} (broker "
                        f"{first.broker} at {first.endpoint or 'no endpoint'}: {first.error}"
                        + (f"; {len(unread) - 1} more" if len(unread) > 1 else "") + "): check the security "
-                       "protocol / listener, or snapshot with --sizes FILE or --no-sizes")
+                       "protocol / listener, or snapshot with a sizes file (sizes) or sizes_from=\"none\"")
     gaps = [f"broker {r.broker} ({r.endpoint or 'no endpoint'}): {r.status}, {r.error}" for r in unread]
     gaps += [f"broker {b} log dir {d['dir']}: {d['error']}" for b, d in in_error]
     if gaps and not partial:
         raise BadInput(f"sizes from the brokers are incomplete: {'; '.join(gaps[:8])}"
                        + (f"; and {len(gaps) - 8} more" if len(gaps) > 8 else "")
-                       + ". Snapshot anyway with --partial-sizes (each replica there then takes its size from "
+                       + ". Snapshot anyway with partial_sizes (each replica there then takes its size from "
                          "another replica of the partition, and those brokers' capacity is unknown)")
     partitions, figures = logdirs.replica_sizes_from_brokers(tables.partitions, report)
     brokers = logdirs.disk_from_brokers(tables.brokers, report)

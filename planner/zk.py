@@ -165,8 +165,7 @@ def connect(zk: str | ZkTarget, auth: tuple[str, str] | None = None, timeout: fl
         who = "the digest credentials given" if auth else "a session without credentials"
         raise BadInput(
             f"ZooKeeper at {target.hosts} denied {who} access to {target.chroot} (NOAUTH): the znodes are "
-            f"ACL-protected; give digest credentials user:password (auth; kplan reads them from "
-            f"${DEFAULT_AUTH_ENV} or the variable its --zk-auth-env names)"
+            "ACL-protected; give digest credentials user:password (auth)"
         ) from None
     return client
 

@@ -337,3 +337,89 @@ def test_only_the_record_modules_change_an_execution_state():
                 if STATE_KEYS & set(keys) or STATE_KEYS & {kw.arg for kw in node.keywords}:
                     found.append(f"{rel}:{node.lineno} {ast.unparse(node)[:90]}")
     assert not found, "execution states changed outside the transition tables:\n" + "\n".join(found)
+
+
+# ------------------------------------------------------------------------- the library words no command line
+# Library messages state facts; the CLI words what to do as command lines and flags, the Airflow layer as tasks
+# and params (planner/errors.py). A message that says "run `kplan apply`" or "pass --throttle" reaches an Airflow
+# user as advice they cannot follow. The presenters are exempt: the CLI itself, the demo, the sandbox tool (a
+# command of its own) and the argument parsers; so is risk.py's report text (issue 23 item 3 moves it).
+CLI_WORDS = re.compile(r"`kplan [a-z]|\bkplan (apply|cancel|verify|roll|plan|brokers|maintenance|snapshot|risk|"
+                       r"sandbox)\b|(?:^|[\s(`\[])--[a-z][a-z-]+")
+PRESENTERS = ("planner/cli.py", "planner/demo.py", "planner/commands/", "planner/sandbox/", "planner/risk_args.py",
+              "planner/risk.py", "planner/risk_job.py")
+
+
+def message_strings(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string the module builds, f-strings joined ({} for their values), except
+    docstrings, argparse help= texts and single words (an argv element such as '--bootstrap-server' for Kafka's
+    tools is a command line being run, not advice)."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip: set[int] = set()
+    for n in ast.walk(tree):
+        body = getattr(n, "body", None)
+        if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body and \
+                isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            skip.add(id(body[0].value))
+        if isinstance(n, ast.keyword) and n.arg == "help":
+            skip.update(id(m) for m in ast.walk(n.value))
+        if isinstance(n, ast.JoinedStr):
+            skip.update(id(v) for v in n.values)
+    out = []
+    for n in ast.walk(tree):
+        if id(n) in skip:
+            continue
+        if isinstance(n, ast.JoinedStr):
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in n.values)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+            text = n.value
+        else:
+            continue
+        if " " in text.strip() and ".sh " not in text:   # kafka-log-dirs.sh --describe: Kafka's tool, by name
+            out.append((n.lineno, text))
+    return out
+
+
+def cli_words(path: Path) -> list[tuple[int, str]]:
+    return sorted((line, text) for line, text in message_strings(path) if CLI_WORDS.search(text))
+
+
+def test_the_cli_words_finder_sees_what_it_must(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text('"""Run `kplan apply` again (a docstring: fine)."""\n'
+                 'def f(p, n):\n'
+                 '    raise E(f"{p} is a restart plan: run it with `kplan roll --zk … --plan {p}`")\n'
+                 'A = "apply it with a lower --max-concurrent-per-broker"\n'
+                 'B = ["kafka-topics.sh", "--bootstrap-server", "b:9092"]\n'
+                 'C = "partitions from kafka-log-dirs.sh --describe output"\n'
+                 'D = "a lower max_concurrent_per_broker"\n'
+                 'E = "look again (kplan brokers shows the states)"\n')
+    assert [line for line, _ in cli_words(f)] == [3, 4, 8]
+
+
+def test_library_messages_word_no_command_line():
+    found = [f"{f.relative_to(REPO)}:{line}: {text[:120]}" for f in files("planner")
+             if not str(f.relative_to(REPO)).startswith(PRESENTERS) for line, text in cli_words(f)]
+    assert not found, "library messages that tell the user a CLI command or flag (carry errors.NextStep data, name " \
+        "the request's field, or give the error a type the presenters word):\n" + "\n".join(found)
+
+
+def test_every_next_step_and_option_is_worded_by_both_presenters():
+    """Each step a NextStep may name has the CLI's command line and the Airflow layer's words; every option
+    phrase the CLI turns into a flag is one the library really says (a stale entry would hide a change)."""
+    from planner.commands._zkargs import OPTIONS, command
+    from planner.errors import STEPS, NextStep
+
+    args = type("Args", (), {"zk": "zk:2181", "plan": "P"})()
+    assert all("kplan " in command(NextStep(s, "does", (4,)), args) for s in STEPS)
+    tree = ast.parse((REPO / "plugins" / "kplan_airflow" / "operators.py").read_text())
+    worded = next(ast.literal_eval(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == "_STEP" for t in n.targets))
+    assert set(worded) == set(STEPS)
+    used = {ast.literal_eval(n.args[0]) for f in files("planner") for n in ast.walk(ast.parse(f.read_text()))
+            if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "NextStep" and n.args
+            and isinstance(n.args[0], ast.Constant)}
+    assert used <= set(STEPS), used - set(STEPS)
+    said = "\n".join(t for f in files("planner") if not str(f.relative_to(REPO)).startswith(PRESENTERS)
+                     for _, t in message_strings(f))
+    assert [k for k in OPTIONS if k not in said.replace('\\"', '"')] == []

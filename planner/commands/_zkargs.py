@@ -35,13 +35,48 @@ def rate(text: str) -> int:
 
 
 
+# A library message names a request's option by its field; the command line says the flag that sets it (whole
+# phrases, so a field named in another sense stays as it is; tests/test_layering.py checks each is still said).
+OPTIONS = {
+    "a lower max_concurrent_per_broker": "a lower --max-concurrent-per-broker",
+    "plan with rack_aware=False": "plan with rack_aware off (--no-rack-aware)",
+    "Snapshot anyway with partial_sizes": "Snapshot anyway with --partial-sizes",
+    "a sizes file (sizes) or sizes_from=\"none\"": "--sizes FILE or --no-sizes",
+    "(kafka security settings)": "(connection or --kafka-* options)",
+    "credentials user:password (auth)": "credentials user:password (auth; kplan reads them from $KPLAN_ZK_AUTH or "
+                                        "the variable its --zk-auth-env names)",
+    "records folder (out)": "folder (--out)",
+    "(max_moves / max_bytes)": "(--max-moves / --max-bytes)",
+}
+_ON_PLAN = ("apply", "cancel", "verify", "roll")
+
+
+def flags(text: str) -> str:
+    """A library message with each option it names as the command line's flag."""
+    for field, flag in OPTIONS.items():
+        text = text.replace(field, flag)
+    return text
+
+
+def command(step: Any, args: argparse.Namespace) -> str:
+    """A next step (errors.NextStep) as the command line that runs it on the same cluster (and plan)."""
+    zk = getattr(args, "zk", None) or "ZK"
+    ids = ",".join(map(str, step.brokers))
+    if step.step in _ON_PLAN:
+        return f"`kplan {step.step} --zk {zk} --plan {getattr(args, 'plan', None) or 'P'}`"
+    if step.step == "follow-up drain":
+        return (f"kplan snapshot --zk {zk} --out S2 && kplan plan drain --snapshot S2 --brokers {ids} --out P2, review "
+                "it, then kplan apply and kplan verify P2")
+    return f"`kplan {step.step}" + (f" --brokers {ids}`" if ids else "`")
+
+
 def said(text: str, next_steps: Any, args: argparse.Namespace) -> str:
-    """A library message followed by its next steps (errors.NextStep) as the command lines that run them on the
-    same cluster and plan: "text. `kplan cancel --zk Z --plan P` waits for it; `kplan apply ...` resumes"."""
+    """A library message (its options as flags) followed by its next steps (errors.NextStep) as the command lines
+    that run them on the same cluster and plan: "text. `kplan cancel --zk Z --plan P` waits for it; ..."."""
+    text = flags(text)
     if not next_steps:
         return text
-    where = f"--zk {getattr(args, 'zk', None) or 'ZK'} --plan {getattr(args, 'plan', None) or 'P'}"
-    return text + ". " + "; ".join(f"`kplan {s.step} {where}` {s.does}" for s in next_steps)
+    return text + ". " + "; ".join(f"{command(s, args)} {s.does}" for s in next_steps)
 
 
 def broker_list(text: str) -> list[int]:

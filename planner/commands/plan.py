@@ -249,6 +249,7 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any], plan: Any =
                      f"({u['no_longer_matching']} no longer match the cluster, {u['held_back']} held back), "
                      f"{u['balanced_moves']} replicas balanced onto it; share {share}"
                      + ("" if u.get("drain_plan") else "; no drain plan found: balanced only"))
+    from planner.commands._zkargs import flags
     from planner.plan_model import apply_schedule
     from planner.text import schedule_line
 
@@ -257,12 +258,12 @@ def _print_summary(doc: Mapping[str, Any], solve: Mapping[str, Any], plan: Any =
     for h in doc["hot_spots"]["brokers"]:
         rack = f" (rack {h['rack']})" if h.get("rack") else ""
         lines += _wrap("HOT SPOT", f"broker {h['broker']}{rack} ends {h['excess_pct']:+.1f}% {h['metric']} vs the "
-                       f"mean. Why ({h['reason']}): {h['detail']}.")
+                       f"mean. Why ({h['reason']}): {flags(h['detail'])}.")
     t = solve["timings_s"]
     lines.append("  times              " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
     from planner.plan_model import is_hot_spot_warning
 
     for w in doc["warnings"]:
         if not is_hot_spot_warning(w) and not w.startswith("left out:"):  # printed above
-            lines += _wrap("warning", w)
+            lines += _wrap("warning", flags(w))
     print("\n".join(lines))

@@ -35,6 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     from planner import zk as zkmod
     from planner.errors import NotConverged
     from planner.execution.verify import table
+    from planner.intent import next_steps as intent_steps
 
     req = api.VerifyRequest(zk=args.zk, plan=Path(args.plan), wait=args.timeout, out=args.out,
                             auth=zkmod.auth_from_env(args.zk_auth_env), poll=args.poll, elect=args.elect,
@@ -43,7 +44,7 @@ def _run(args: argparse.Namespace) -> int:
     if not outcome.converged:
         print(json.dumps(dict(outcome.report), indent=1) if args.json else table(dict(outcome.report)))
         print(f"report: {outcome.path or ''}", file=sys.stderr)
-        raise NotConverged(outcome.message)
+        raise NotConverged(outcome.message, next_steps=intent_steps(outcome.report.get("intent")))
     print(json.dumps(dict(outcome.report), indent=1) if args.json else table(outcome.report))
     for w in outcome.warnings:
         print(f"kplan verify: WARNING: {w}", file=sys.stderr)

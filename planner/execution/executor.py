@@ -387,7 +387,7 @@ class Executor:
         after the snapshot is not in the plan). Not holding is a warning the caller cannot miss."""
         if self.gate.dry_run or self.plan.kind != "drain":
             return None
-        intent = self._read(lambda: drain_intent(self.view, self.plan, connect=self.opts.connect))
+        intent = self._read(lambda: drain_intent(self.view, self.plan))
         if intent is not None and not intent["holds"]:
             self.warn(intent["text"])
         return intent

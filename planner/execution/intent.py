@@ -17,8 +17,8 @@ def facts(plan: RunPlan) -> DrainFacts:
     return DrainFacts(tuple(plan.drained), frozenset(plan.moves), plan.topics, plan.snapshot_taken_at)
 
 
-def drain_intent(view: ClusterView, plan: RunPlan, statuses: Mapping[Key, PartStatus] | None = None,
-                 connect: str | None = None) -> dict[str, Any] | None:
+def drain_intent(view: ClusterView, plan: RunPlan, statuses: Mapping[Key, PartStatus] | None = None
+                 ) -> dict[str, Any] | None:
     """The intent section of a drain (None for other plans). `statuses`: every partition of the cluster,
     already read (else read here, in bulk)."""
     if plan.kind != "drain" or not plan.drained:
@@ -27,4 +27,4 @@ def drain_intent(view: ClusterView, plan: RunPlan, statuses: Mapping[Key, PartSt
         statuses = view.partitions(view.all_partition_keys())
     rows = ((k[0], k[1], s.replicas, s.leader if s.has_state else None)
             for k, s in statuses.items() if s.replicas is not None)
-    return evaluate(facts(plan), rows, connect)
+    return evaluate(facts(plan), rows)

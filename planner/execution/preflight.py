@@ -130,7 +130,7 @@ def check(client: KazooClient, view: ClusterView, plan: RunPlan, run: Run | None
                                               for e in u.entries]))
         if size > MAX_ZNODE_BYTES:
             raise SafetyRefusal(f"{u.label} would be a {size}-byte /admin/reassign_partitions znode, over ZooKeeper's "
-                                "1 MiB request limit; apply it with a lower --max-concurrent-per-broker")
+                                "1 MiB request limit; apply it with a lower max_concurrent_per_broker")
     try:
         deleting = set(client.get_children(codec.DELETE_TOPICS))
     except NoNodeError:

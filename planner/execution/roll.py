@@ -37,7 +37,7 @@ from kazoo.exceptions import NoNodeError
 
 from planner import codec
 from planner import zk as zkmod
-from planner.errors import BadInput, NoThrottle, PlannerError, SafetyRefusal
+from planner.errors import BadInput, NoThrottle, PlannerError, SafetyRefusal, WrongPlanKind
 from planner.execution.progress import write_json_atomic
 from planner.execution.roller import Roll
 from planner.execution.rollrecord import RECORDS, RollOptions, RollResult, status
@@ -116,8 +116,7 @@ def roll_step(req: RollRequest, *, progress: Callable[[Any], None] | None = None
     zkmod.parse_connect(zk)
     plan = read_plan(plan_path)
     if plan.kind != "restart":
-        raise BadInput(f"{plan_path} is a {plan.kind} plan: `kplan roll` runs restart plans (kplan plan restart); "
-                       "apply this one with `kplan apply`")
+        raise WrongPlanKind(f"{plan_path} is a {plan.kind} plan", plan.kind, str(plan_path))
     if restart_command is not None:
         _check_template(restart_command)
     if req.throttle is not None and req.no_throttle:
@@ -130,7 +129,7 @@ def roll_step(req: RollRequest, *, progress: Callable[[Any], None] | None = None
     if part not in (None, "protect", "step", "finish"):
         raise BadInput(f"part must be protect, step or finish, got {part!r}")
     folder = check_records(roll_folder(plan_path, out), plan.id, RECORDS, Path(plan_path),
-                           "--out" if out is not None else "the roll's records folder", out is not None)
+                           "out" if out is not None else "the roll's records folder", out is not None)
     with zkmod.session(zk, auth=req.auth, timeout=req.timeout) as client:
         zkmod.require_kafka(client)
         if restart_command is not None:

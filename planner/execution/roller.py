@@ -16,7 +16,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 
 from planner import codec
 from planner import maintenance as mt
-from planner.errors import BadInput, NotYourTurn, RollStopped, SafetyRefusal
+from planner.errors import BadInput, NextStep, NotYourTurn, RollStopped, SafetyRefusal
 from planner.execution import election, preflight, rollgates
 from planner.execution import runstate as rs
 from planner.execution.clusterview import ClusterView, Key, retrying
@@ -69,8 +69,7 @@ class Roll(BrokerSteps):
     def __init__(self, client: KazooClient, plan: Any, options: RollOptions | None = None,
                  progress: Callable[[Any], None] | None = None):
         if plan.kind != "restart":
-            raise SafetyRefusal(f"plan {plan.id} is a {plan.kind} plan: `kplan roll` runs restart plans "
-                                "(kplan plan restart); apply it with `kplan apply`")
+            raise SafetyRefusal(f"plan {plan.id} is a {plan.kind} plan: a roll runs restart plans; apply it instead")
         self.client = client
         self.plan = plan
         self.opts = options or RollOptions()
@@ -237,7 +236,8 @@ class Roll(BrokerSteps):
         held = [states.get(b) for b in self.order if states.get(b) is not None]
         if held:
             raise SafetyRefusal("a roll restarts brokers in service: " + "; ".join(e.describe() for e in held)
-                                + " (nothing was written; `kplan brokers` shows every state)")
+                                + " (nothing was written)",
+                                next_steps=(NextStep("brokers", "shows every state"),))
         if self.plan.moves:
             run = self._read(lambda: rs.load(self.client, self.hex))
             self._read(lambda: preflight.check(self.client, self.view, from_plan(self.plan), run))

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from planner import zk as zkmod
-from planner.errors import BadInput, Interrupted
+from planner.errors import BadInput, Interrupted, WrongPlanKind
 from planner.execution.executor import Executor, Options, Result
 from planner.execution.planview import RunPlan, from_plan
 from planner.execution.progress import Progress, write_json_atomic
@@ -62,7 +62,7 @@ def verify_folder(plan_path: Path | str, out: Path | str | None) -> tuple[Path, 
 def _claim_apply(plan_path: Path | str, plan: RunPlan, out: Path | str | None, command: str) -> Path:
     folder = apply_folder(plan_path, out)
     return check_records(folder, plan.id, RECORD_FILES["apply"], Path(plan_path),
-                         "--out" if out is not None else f"{command}'s records folder", out is not None)
+                         "out" if out is not None else f"{command}'s records folder", out is not None)
 
 
 def _connected(client) -> None:  # noqa: ANN001 - a KazooClient
@@ -73,8 +73,7 @@ def _connected(client) -> None:  # noqa: ANN001 - a KazooClient
 def _not_a_roll(plan: RunPlan, path: Path | str, command: str) -> None:
     """A restart plan's temporary replicas are one phase of its roll: `kplan roll` runs (and checks) it whole."""
     if plan.kind == "restart":
-        raise BadInput(f"{path} is a restart plan: run it with `kplan roll --zk … --plan {path}` (it adds the temporary "
-                       f"replicas, restarts each broker with its gates and undoes them); `kplan {command}` does not")
+        raise WrongPlanKind(f"{path} is a restart plan", plan.kind, str(path))
 
 
 MIN_THROTTLE = 100 * 1024      # bytes/s: below it nothing sane finishes (a 1 GiB partition: 3 hours at the floor)
@@ -188,14 +187,14 @@ def verify(req: VerifyRequest, *, progress: Callable[[Progress], None] | None = 
     _not_a_roll(plan, plan_path, "verify")
     report, prog = verify_folder(plan_path, out)
     if out is not None:
-        check_records(Path(out), plan.id, ("report.json", "progress.json"), Path(plan_path), "--out", True)
+        check_records(Path(out), plan.id, ("report.json", "progress.json"), Path(plan_path), "out", True)
     else:
         check_records(report.parent, plan.id, RECORD_FILES["report"], Path(plan_path),
                       "verify's records folder", False)
         check_records(prog.parent, plan.id, RECORD_FILES["verify"], Path(plan_path), "verify's records folder",
                       False)
     options = VerifyOptions(wait=req.wait, poll=req.poll, elect=req.elect, since=req.since, report=report,
-                            progress_file=prog, connect=zk)
+                            progress_file=prog)
     with zkmod.session(zk, auth=req.auth, timeout=req.timeout) as client:
         _connected(client)
         return Verifier(client, plan, options, progress).verify()

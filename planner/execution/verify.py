@@ -57,7 +57,6 @@ class VerifyOptions:
     election_timeout: float = 60.0
     report: Path | None = None         # where report.json goes
     progress_file: Path | None = None
-    connect: str | None = None         # the connect string, to name in what to run next (it holds no credential)
     since: float | None = None         # epoch s the wait began, when it began before this call (a deferred wait
     #                                    resumed): seconds_to_converge counts from then
 
@@ -295,7 +294,7 @@ class Verifier:
         if self.opts.cluster_wide or plan.kind == "drain":
             all_keys = self._read(self.view.all_partition_keys)
             every = self._read(lambda: self.view.partitions(all_keys))
-        intent = drain_intent(self.view, plan, every, self.opts.connect)
+        intent = drain_intent(self.view, plan, every)
         report: dict[str, Any] = {
             "format": REPORT_FORMAT,
             "plan_id": plan.id,

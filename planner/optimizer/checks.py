@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.errors import BadInput
+from planner.errors import BadInput, NextStep
 from planner.optimizer.problem import Problem, rack_masks
 
 
 class Infeasible(BadInput):
     """The request cannot be met without breaking a hard guarantee (a bad request: exit 2, nothing written)."""
 
-    def __init__(self, constraint: str, message: str):
-        super().__init__(message)
+    def __init__(self, constraint: str, message: str, next_steps: tuple[NextStep, ...] = ()):
+        super().__init__(message, next_steps=next_steps)
         self.constraint = constraint
 
 

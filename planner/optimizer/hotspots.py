@@ -69,7 +69,7 @@ def hot_spots(pb: Problem, final: np.ndarray, eligible: np.ndarray, drained: np.
                       f"({100.0 * (kept[b] - mean) / mean:+.1f}% vs the mean)")
         elif budget_hit:
             reason = "budget"
-            detail = "the move budget (--max-moves / --max-bytes) ran out before it was levelled"
+            detail = "the move budget (max_moves / max_bytes) ran out before it was levelled"
         else:
             reason = "constraints"
             detail = ("its replicas have nowhere else to go (rack coverage, distinct brokers, excluded or "

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.errors import BadInput
+from planner.errors import BadInput, NextStep
 from planner.optimizer import capacity
 from planner.optimizer.batches import Batch, changed_sets, make_batches
 from planner.optimizer.checks import verify_plan
@@ -128,7 +128,8 @@ def make_plan(pb: Problem, params: Params, progress: Callable[[str], None] | Non
                                "return brings a drained broker back; to fill a broker in service, plan a rebalance")
             if e.state not in ("drained", "returning"):
                 raise BadInput(f"broker {b} is {e.state}, not drained ({e.describe()}): "
-                               + RETURN_ADVICE.get(e.state, "clear its state first (kplan maintenance clear)"))
+                               + RETURN_ADVICE.get(e.state, "clear its maintenance state first"),
+                               next_steps=(NextStep("maintenance clear", "clears it", (int(b),)),))
         # the return owns the returning brokers' maintenance state: they may receive (nobody else may)
         pb = replace(pb, maintenance=pb.in_maintenance & ~returning)
     eligible = pb.receivers(drained)

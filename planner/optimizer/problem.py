@@ -178,7 +178,7 @@ def from_snapshot(snap: Snapshot, sizes: dict[tuple[str, int], int] | None = Non
         rack_aware = bool(rack_names)
     if rack_aware and len(rack_names) > MAX_RACKS:
         raise BadInput(f"{len(rack_names)} racks: rack-aware planning supports at most {MAX_RACKS}; "
-                       "plan with rack_aware off (--no-rack-aware)")
+                       "plan with rack_aware=False")
     if rack_aware and (rack_of[alive] < 0).any():
         missing = broker_ids[alive & (rack_of < 0)].tolist()
         warnings.append(f"brokers {missing} have no rack: they count for no rack in rack coverage")

@@ -32,7 +32,7 @@ import numpy as np
 from planner import replay
 from planner import risk_model as rm
 from planner.codec import ReassignEntry
-from planner.errors import BadInput
+from planner.errors import BadInput, NextStep
 from planner.optimizer.batches import Batch, make_batches
 from planner.optimizer.checks import Infeasible
 from planner.optimizer.planning import disk_warnings
@@ -54,7 +54,7 @@ class RestartParams:
 
     def validate(self) -> None:
         if not self.brokers:
-            raise BadInput("a restart needs at least one broker (--brokers)")
+            raise BadInput("a restart needs at least one broker")
         if len(set(self.brokers)) != len(self.brokers):
             raise BadInput(f"brokers lists a broker twice: {self.brokers}")
         if self.order not in ORDERS:
@@ -162,12 +162,14 @@ def plan_restart(pb: Problem, snap: Snapshot, params: RestartParams,
     down = [int(pb.broker_ids[i]) for i in idx if not pb.alive[i]]
     if down:
         raise BadInput(f"broker(s) {down} are not registered (down): a restart roll needs each broker running "
-                       "before it restarts it; start them first, or drain them (kplan plan drain)")
+                       "before it restarts it; start them first, or drain them",
+                       next_steps=(NextStep("plan drain", "drains them", tuple(down)),))
     held = [pb.maintenance_entries[int(pb.broker_ids[i])] for i in idx
             if int(pb.broker_ids[i]) in pb.maintenance_entries]
     if held:
-        raise BadInput("a restart roll restarts brokers in service; " + "; ".join(e.describe() for e in held)
-                       + " (kplan brokers shows the states; a drained broker comes back with kplan plan return)")
+        raise BadInput("a restart roll restarts brokers in service; " + "; ".join(e.describe() for e in held),
+                       next_steps=(NextStep("brokers", "shows the states"),
+                                   NextStep("plan return", "brings a drained broker back")))
     roll = np.zeros(B, dtype=bool)
     roll[idx] = True
     ctrl_rows = snap.brokers.column("is_controller").to_pylist()
@@ -227,7 +229,7 @@ def plan_restart(pb: Problem, snap: Snapshot, params: RestartParams,
                          f"partitions that need a temporary replica also have a replica on unregistered broker(s) "
                          f"{dead}: Kafka completes a reassignment only once every target replica is in the ISR, "
                          f"so their protection could never finish: {pb.names(r)}. Start broker(s) {dead}, or drain "
-                         "them first (kplan plan drain)")
+                         "them first", next_steps=(NextStep("plan drain", "drains them", tuple(dead)),))
     short = want & (k > limit)
     if short.any():
         raise Infeasible("receivers", f"partitions need more temporary replicas than there are registered brokers "

@@ -44,7 +44,12 @@ def run_folder(context: Context) -> api.RunFolder:
 # The planner's messages state facts; what to do next is worded here, in a DAG's terms (the CLI words it as
 # command lines and flags): the steps to run next on the same plan, and what gets past a missing throttle.
 _STEP = {"apply": "the apply task, cleared,", "verify": "the verify task",
-         "cancel": "a cancel (planner.api.cancel, or `kplan cancel` in a shell)"}
+         "cancel": "a cancel (planner.api.cancel, or `kplan cancel` in a shell)",
+         "roll": "the restart DAG's task, cleared,",
+         "brokers": "the plan page's maintenance line (planner.api.brokers)",
+         "maintenance clear": "clearing the maintenance state (planner.api.clear_maintenance)",
+         "plan drain": "a kafka_broker_drain run", "plan return": "a kafka_broker_return run",
+         "follow-up drain": "a new kafka_broker_drain run for the same brokers (the follow_up task offers it)"}
 NO_THROTTLE_REMEDY = ": give a throttle (the throttle param, e.g. 50MB), or set the no_throttle param to copy at " \
     "full speed on purpose"
 
@@ -53,7 +58,19 @@ def said(text: str, next_steps: Sequence[Any] = ()) -> str:
     """A planner message followed by its next steps (planner.errors.NextStep), in a DAG's words."""
     if not next_steps:
         return text
-    return text + ". " + "; ".join(f"{_STEP.get(s.step, s.step)} {s.does}" for s in next_steps)
+    return text + ". " + "; ".join(f"{_STEP.get(s.step, s.step)}" + (f" of broker(s) {','.join(map(str, s.brokers))}"
+                                                                     if s.brokers else "") + f" {s.does}"
+                                   for s in next_steps)
+
+
+def remedy(e: PlannerError) -> str:
+    """What gets past a planner error of this type, in a DAG's words (the CLI words it as flags)."""
+    if isinstance(e, api.NoThrottle):
+        return NO_THROTTLE_REMEDY
+    if isinstance(e, api.WrongPlanKind):
+        return (": a restart plan runs through the kafka_broker_restart DAG" if e.kind == "restart" else
+                ": the restart DAG runs restart plans only; this one is applied by its own DAG's apply task")
+    return ""
 
 
 @contextmanager
@@ -66,7 +83,7 @@ def planner_errors(step: str):
     try:
         yield
     except PlannerError as e:
-        text = said(str(e), e.next_steps) + (NO_THROTTLE_REMEDY if isinstance(e, api.NoThrottle) else "")
+        text = said(str(e), e.next_steps) + remedy(e)
         if e.retryable:
             raise AirflowException(f"{step}: {text} (transient: the task's retries apply)") from None
         raise AirflowFailException(text) from None
