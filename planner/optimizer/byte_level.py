@@ -7,6 +7,8 @@ again (to a third broker or back) at no cost in moves or bytes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from planner.optimizer.checks import popcount, required_racks
@@ -56,45 +58,54 @@ def level_bytes(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, bud
     blocked: set[tuple[int, int]] = set()
     while True:
         dev = load[e_idx] - mean
-        over = np.argsort(-dev, kind="stable")
-        under = np.argsort(dev, kind="stable")
-        if dev[over[0]] <= tol and -dev[under[0]] <= tol:
+        if _levelled(dev, tol):
             break
         done = False
-        for ai in over[:8].tolist():
-            a = int(e_idx[ai])
-            for bi in under[:8].tolist():
-                b = int(e_idx[bi])
-                if a == b or (a, b) in blocked or dev[ai] <= 0 or dev[bi] >= 0:
-                    continue
-                if dev[ai] <= tol and -dev[bi] <= tol:
-                    continue  # both within the tolerance: moving between them only reshuffles
-                # aim at closing the gap of whichever side is further out; the other side may overshoot
-                # the mean by up to most of the tolerance
-                gap = min(dev[ai] + 0.8 * tol, -dev[bi]) if dev[ai] <= tol else \
-                    min(dev[ai], -dev[bi] + 0.8 * tol) if -dev[bi] <= tol else min(dev[ai], -dev[bi])
-                # a move of s bytes lowers the sum of squared deviations iff s < dev[a] - dev[b]: every move
-                # does, so the levelling cannot cycle (a replica moved before moves again for free)
-                limit = min(min(dev[ai], -dev[bi]) + tol, 0.999 * (dev[ai] - dev[bi]))
-                pick = _best_fit(pb, st, a, b, gap, limit, pools[a], extra[a], req, bits, budget_m, budget_b)
-                if pick is None:
-                    blocked.add((a, b))
-                    continue
-                r, s, size = pick
-                apply_move(pb, st, r, s, b)
-                extra[b].append((r, s, size))
-                load[a] -= size
-                load[b] += size
-                # pairs without a or b keep their gaps: they stay blocked
-                blocked = {(x, y) for x, y in blocked if x not in (a, b) and y not in (a, b)}
-                done = True
-                break
-            if done:
-                break
+        for ai, bi, a, b in _pairs(dev, e_idx, tol, blocked):
+            # aim at closing the gap of whichever side is further out; the other side may overshoot
+            # the mean by up to most of the tolerance
+            gap = min(dev[ai] + 0.8 * tol, -dev[bi]) if dev[ai] <= tol else \
+                min(dev[ai], -dev[bi] + 0.8 * tol) if -dev[bi] <= tol else min(dev[ai], -dev[bi])
+            # a move of s bytes lowers the sum of squared deviations iff s < dev[a] - dev[b]: every move
+            # does, so the levelling cannot cycle (a replica moved before moves again for free)
+            limit = min(min(dev[ai], -dev[bi]) + tol, 0.999 * (dev[ai] - dev[bi]))
+            pick = _best_fit(pb, st, a, b, gap, limit, pools[a], extra[a], req, bits, budget_m, budget_b)
+            if pick is None:
+                blocked.add((a, b))
+                continue
+            r, s, size = pick
+            apply_move(pb, st, r, s, b)
+            extra[b].append((r, s, size))
+            load[a] -= size
+            load[b] += size
+            # pairs without a or b keep their gaps: they stay blocked
+            blocked = {(x, y) for x, y in blocked if x not in (a, b) and y not in (a, b)}
+            done = True
+            break
         if not done:
             break
         steps += 1
     return steps
+
+
+def _levelled(dev: np.ndarray, tol: float) -> bool:
+    """Every broker within the tolerance of the mean (`dev`: each eligible broker's load minus the mean)."""
+    return bool(dev.max() <= tol and -dev.min() <= tol)
+
+
+def _pairs(dev: np.ndarray, e_idx: np.ndarray, tol: float, blocked: set[tuple[int, int]]
+           ) -> Iterator[tuple[int, int, int, int]]:
+    """The pairs a levelling step tries, the 8 heaviest brokers by the 8 lightest, heaviest first: (ai, bi, a, b)
+    with a above the mean and b below it, not blocked (read as the pairs are tried), and not both within the
+    tolerance (moving between those only reshuffles). ai / bi index `dev`, a / b are broker positions."""
+    over = np.argsort(-dev, kind="stable")
+    under = np.argsort(dev, kind="stable")
+    for ai in over[:8].tolist():
+        for bi in under[:8].tolist():
+            a, b = int(e_idx[ai]), int(e_idx[bi])
+            if (a, b) in blocked or dev[ai] <= 0 or dev[bi] >= 0 or (dev[ai] <= tol and -dev[bi] <= tol):
+                continue
+            yield ai, bi, a, b
 
 
 def _best_fit(pb: Problem, st: State, a: int, b: int, gap: float, limit: float, pool, extra_a, req, bits,
@@ -162,35 +173,27 @@ def swap_bytes(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, budg
     pools = _pools(pb, st)
     for _ in range(max_steps):
         dev = load[e_idx] - mean
-        over = np.argsort(-dev, kind="stable")
-        under = np.argsort(dev, kind="stable")
-        if dev[over[0]] <= tol and -dev[under[0]] <= tol:
+        if _levelled(dev, tol):
             break
         done = False
-        for ai in over[:8].tolist():
-            for bi in under[:8].tolist():
-                a, b = int(e_idx[ai]), int(e_idx[bi])
-                if (a, b) in blocked or dev[ai] <= 0 or dev[bi] >= 0 or (dev[ai] <= tol and -dev[bi] <= tol):
-                    continue
-                pick = _best_swap(pb, st, a, b, min(dev[ai], -dev[bi]), 0.999 * (dev[ai] - dev[bi]), sizes, req,
-                                  bits, budget_m, budget_b, pools, eligible)
-                if pick is not None and not _lead_aside(pb, st, pick, a, b, eligible):
-                    pick = None
-                if pick is None:
-                    blocked.add((a, b))
-                    continue
-                (rx, sx), (ry, sy) = pick
-                d = int(sizes[rx]) - int(sizes[ry])
-                apply_move(pb, st, rx, sx, b)
-                apply_move(pb, st, ry, sy, a)
-                load[a] -= d
-                load[b] += d
-                blocked = {(x, y) for x, y in blocked if x not in (a, b) and y not in (a, b)}
-                swaps += 1
-                done = True
-                break
-            if done:
-                break
+        for ai, bi, a, b in _pairs(dev, e_idx, tol, blocked):
+            pick = _best_swap(pb, st, a, b, min(dev[ai], -dev[bi]), 0.999 * (dev[ai] - dev[bi]), sizes, req,
+                              bits, budget_m, budget_b, pools, eligible)
+            if pick is not None and not _lead_aside(pb, st, pick, a, b, eligible):
+                pick = None
+            if pick is None:
+                blocked.add((a, b))
+                continue
+            (rx, sx), (ry, sy) = pick
+            d = int(sizes[rx]) - int(sizes[ry])
+            apply_move(pb, st, rx, sx, b)
+            apply_move(pb, st, ry, sy, a)
+            load[a] -= d
+            load[b] += d
+            blocked = {(x, y) for x, y in blocked if x not in (a, b) and y not in (a, b)}
+            swaps += 1
+            done = True
+            break
         if not done:
             break
     return swaps
