@@ -299,11 +299,7 @@ def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutc
     if refusal and not req.dry_run:      # a dry run copies nothing (it lists the writes, with no rate); a restart
         # plan is refused further on: it is run whole by the roll
         raise NoThrottle(refusal)
-    r = steps.apply(req, progress=_exec_progress("apply", progress))
-    path = None if req.dry_run else steps.apply_folder(req.plan, req.out)
-    return ApplyOutcome(path, r.plan_id, r.state, r.units_done, r.units_total, tuple(r.warnings), r.message,
-                        r.resumed, r.units_submitted, r.partitions_done, r.partitions_total, r.bytes_done,
-                        r.bytes_total, r.seconds, tuple(r.writes), r.intent, tuple(r.next_steps))
+    return steps.apply(req, progress=_exec_progress("apply", progress))
 
 
 def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyOutcome:

@@ -255,6 +255,7 @@ class ApplyOutcome:
     writes: tuple[str, ...] = ()              # dry run: every write, in order
     intent: Mapping[str, Any] | None = None   # a drain: its brokers host and lead nothing now? (docs/APPLY.md)
     next_steps: tuple[NextStep, ...] = ()     # interrupted: the steps to run next on this plan (resume, cancel)
+    reverted: tuple[tuple[str, int], ...] = ()   # state reverted: the partitions a cancel moved back
 
 
 @dataclass(frozen=True)

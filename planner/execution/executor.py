@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from planner.execution.planview import RunPlan, Unit, revert_unit
 from planner.execution.progress import STOPPING, ZK_DOWN, Progress, Reporter
 from planner.execution.throttles import Spec, Throttles, spec_for
 from planner.execution.waiter import Waiter
+from planner.requests import ApplyOutcome
 from planner.text import count
 from planner.zkgate import MAX_TXN_BYTES, MAX_TXN_OPS, FenceLost, Op, WriteGate, _cost
 
@@ -74,25 +75,9 @@ class Options:
     zk_patience: float = 600.0          # how long to wait for an unreachable ZooKeeper, saying so every poll
 
 
-@dataclass
-class Result:
-    plan_id: str
-    state: str                  # completed | already-completed | cancelled | reverted | dry-run | none | interrupted
-    message: str
-    resumed: bool = False
-    units_total: int = 0
-    units_done: int = 0
-    units_submitted: int = 0    # by this process
-    partitions_done: int = 0
-    partitions_total: int = 0
-    bytes_done: int = 0
-    bytes_total: int = 0
-    seconds: float = 0.0
-    writes: list[str] = field(default_factory=list)   # dry run: every write it would make, in order
-    warnings: list[str] = field(default_factory=list)
-    reverted: list[tuple[str, int]] = field(default_factory=list)  # partitions moved back by a cancel
-    intent: dict[str, Any] | None = None  # a completed drain: does the cluster now hold its intent? (intent.py)
-    next_steps: tuple[NextStep, ...] = ()  # state interrupted: what to run next on this plan
+# What an apply or a cancel returns: the library's ApplyOutcome (planner.requests), its path left to the step
+# that knows the records folder (execution/steps.py); state "none" only from a cancel that found no run.
+Result = ApplyOutcome
 
 
 class Executor:
@@ -713,11 +698,10 @@ class Executor:
         self._commit(self.mgr.stop("interrupted: stopped between batches (resumable)",
                                    "stopped on request between batches"))
         p = self.progress(run.state, force=True)
-        result = self._result(run, "interrupted", f"plan {self.plan.id} stopped on request: {p.units_done} of "
-                              f"{len(self.plan.units)} batches applied, none in flight, no throttle of this run "
-                              "left, the run recorded as stopped")
-        result.next_steps = (NextStep("apply", "resumes it"), NextStep("cancel", "ends it"))
-        return result
+        return self._result(run, "interrupted", f"plan {self.plan.id} stopped on request: {p.units_done} of "
+                            f"{len(self.plan.units)} batches applied, none in flight, no throttle of this run "
+                            "left, the run recorded as stopped",
+                            next_steps=(NextStep("apply", "resumes it"), NextStep("cancel", "ends it")))
 
     # --------------------------------------------------------------------------------------- cancel
     def _finish_cancel(self, run: rs.Run, req: dict[str, Any], unit: Unit | None) -> Result:
@@ -779,8 +763,8 @@ class Executor:
             run = self._read(lambda: rs.load(self.client, self.plan.hexid))
             self.run = run
             if run is None:
-                return Result(self.plan.id, "none", f"no run of plan {self.plan.id} is recorded on this cluster: "
-                              "nothing to cancel", partitions_total=self.plan.partitions_total)
+                return Result(None, self.plan.id, "none", message=f"no run of plan {self.plan.id} is recorded on "
+                              "this cluster: nothing to cancel", partitions_total=self.plan.partitions_total)
             if run.state in rs.TERMINAL:
                 if self.lock.try_acquire():
                     self._release_all()
@@ -815,14 +799,18 @@ class Executor:
             self.close()
 
     # --------------------------------------------------------------------------------------- result
-    def _result(self, run: rs.Run, state: str, message: str, intent: dict[str, Any] | None = None) -> Result:
+    def _result(self, run: rs.Run, state: str, message: str, intent: dict[str, Any] | None = None,
+                next_steps: tuple[NextStep, ...] = ()) -> Result:
         p = self.progress(run.state if run else state, force=True)
         self.reporter.flush()
-        return Result(self.plan.id, state, message, self.resumed, len(self.plan.units), p.units_done,
-                      self.units_submitted, p.done, self.plan.partitions_total, p.bytes_done, self.plan.bytes_total,
-                      round(time.monotonic() - self.started, 3),
-                      [f"[txn {t}] {op.describe()}" for t, op in zip(self.gate.txn_of, self.gate.writes, strict=True)],
-                      list(self.warnings), list(self._reverted), intent)
+        return Result(None, self.plan.id, state, batches_done=p.units_done, batches_total=len(self.plan.units),
+                      warnings=tuple(self.warnings), message=message, resumed=self.resumed,
+                      batches_submitted=self.units_submitted, partitions_done=p.done,
+                      partitions_total=self.plan.partitions_total, bytes_done=p.bytes_done,
+                      bytes_total=self.plan.bytes_total, seconds=round(time.monotonic() - self.started, 3),
+                      writes=tuple(f"[txn {t}] {op.describe()}"
+                                   for t, op in zip(self.gate.txn_of, self.gate.writes, strict=True)),
+                      intent=intent, next_steps=next_steps, reverted=tuple(self._reverted))
 
 
 def brokers_ahead(units: Sequence[Unit], rate_of: Callable[[Unit], int | None]) -> list[set[int]]:

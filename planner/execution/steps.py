@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -155,8 +155,23 @@ def apply(req: ApplyRequest, *, progress: Callable[[Progress], None] | None = No
                                                         "state": "interrupted", "message": e.detail})
         raise
     if folder is not None:
-        write_json_atomic(folder / "outcome.json", {"command": "apply", **asdict(result)})
-    return result
+        write_json_atomic(folder / "outcome.json", outcome_record("apply", result))
+    return replace(result, path=folder)
+
+
+# outcome.json: how the last apply / cancel ended, in the record's own names (a batch is a unit there, as in
+# progress.json; the review pages and the demo read them)
+_RECORD = (("plan_id", "plan_id"), ("state", "state"), ("message", "message"), ("resumed", "resumed"),
+           ("units_total", "batches_total"), ("units_done", "batches_done"), ("units_submitted", "batches_submitted"),
+           ("partitions_done", "partitions_done"), ("partitions_total", "partitions_total"),
+           ("bytes_done", "bytes_done"), ("bytes_total", "bytes_total"), ("seconds", "seconds"), ("writes", "writes"),
+           ("warnings", "warnings"), ("reverted", "reverted"), ("intent", "intent"), ("next_steps", "next_steps"))
+
+
+def outcome_record(command: str, result: Result) -> dict[str, Any]:
+    """outcome.json of an apply or a cancel (`_RECORD`)."""
+    fields = asdict(result)
+    return {"command": command, **{key: fields[name] for key, name in _RECORD}}
 
 
 def cancel(req: CancelRequest, *, progress: Callable[[Progress], None] | None = None) -> Result:
@@ -172,8 +187,8 @@ def cancel(req: CancelRequest, *, progress: Callable[[Progress], None] | None = 
         _connected(client)
         result = Executor(client, plan, opts, progress, "cancel").cancel(mode, req.wait)
     if result.state != "none":
-        write_json_atomic(folder / "outcome.json", {"command": "cancel", **asdict(result)})
-    return result
+        write_json_atomic(folder / "outcome.json", outcome_record("cancel", result))
+    return replace(result, path=folder)
 
 
 def verify(req: VerifyRequest, *, progress: Callable[[Progress], None] | None = None) -> VerifyResult:
