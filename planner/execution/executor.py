@@ -39,12 +39,13 @@ from planner import zk as zkmod
 from planner.errors import Interrupted, NextStep, NotConverged, PlannerError, SafetyRefusal, ZkUnavailable
 from planner.execution import election, lifecycle, preflight
 from planner.execution import runstate as rs
+from planner.execution.cancelwatch import CancelWatch
 from planner.execution.clusterview import ClusterView, Key, retrying
 from planner.execution.diagnosis import Context, diagnose, run_units
 from planner.execution.intent import drain_intent
 from planner.execution.lock import ApplyLock, holder
 from planner.execution.planview import RunPlan, Unit, revert_unit
-from planner.execution.progress import STOPPING, ZK_DOWN, Progress, Reporter
+from planner.execution.progress import STOPPING, ZK_DOWN, Progress, Reporter, Tally
 from planner.execution.throttles import Spec, Throttles, spec_for
 from planner.execution.waiter import Waiter
 from planner.requests import ApplyOutcome
@@ -105,19 +106,13 @@ class Executor:
         self.resumed = False
         self.mgr = rs.RunManager(self.gate)   # the only code that changes the run's state
         self.waiter = Waiter(client, self.opts.poll, self._read)
-        self._cancel_stale = True   # the cancel request must be read (again): at start, after its watch fired
-        self._cancel_seen: dict[str, Any] | None = None
-        self._bytes_at_start: int | None = None
+        self.cancel_watch = CancelWatch(client, plan.hexid, self._read, self.waiter.wake, self.gate.dry_run)
         self._last_saved = 0.0
         self._last_entries: dict[Key, tuple[int, ...]] = {}
         self._reverted: list[Key] = []
         self._maintenance: list[Op] = []
         final = plan.final_unit()
-        self._final_count = [0] * len(plan.units)
-        self._final_bytes = [0] * len(plan.units)
-        for k, u in final.items():
-            self._final_count[u] += 1
-            self._final_bytes[u] += plan.moves[k].bytes or 0
+        self.tally = Tally(final, {k: plan.moves[k].bytes for k in final}, len(plan.units), self.started)
         self._final = final
         self._rate_brokers = brokers_ahead(plan.units, self.rate)
         self._zk_down_since: float | None = None
@@ -144,7 +139,7 @@ class Executor:
             self._zk_down_since = None
         elif self._zk_down_since is None:
             self._zk_down_since = time.monotonic()
-        self._cancel_stale = True  # a watch may have been lost with the session
+        self.cancel_watch.stale = True  # a watch may have been lost with the session
         self.waiter.wake()
         return False
 
@@ -198,19 +193,7 @@ class Executor:
         return run
 
     def _cancel_request(self) -> dict[str, Any] | None:
-        """Read once, then again only after the watch on the request's znode fired (or the connection
-        changed state): not one round trip per check."""
-        if self.gate.dry_run:
-            return None
-        if self._cancel_stale:
-            self._cancel_stale = False
-            self._cancel_seen = self._read(lambda: rs.read_cancel(self.client, self.plan.hexid,
-                                                                  watch=self._cancel_watch))
-        return self._cancel_seen
-
-    def _cancel_watch(self, event: Any) -> None:
-        self._cancel_stale = True
-        self.waiter.wake()
+        return self.cancel_watch.request()
 
     def _check_time(self, what: str, keys: list[Key]) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -223,21 +206,11 @@ class Executor:
     # ------------------------------------------------------------------------------------ progress
     def progress(self, state: str, unit: Unit | None = None, unit_done: int = 0, force: bool = False) -> Progress:
         run = self.run
-        done = bytes_done = units_done = 0
-        if run is not None:
-            for i, u in enumerate(run.record.units):
-                if u.state == rs.COMPLETED:
-                    done += self._final_count[i]
-                    bytes_done += self._final_bytes[i]
-                    units_done += 1
-        if unit is not None and unit.kind != "revert" and unit_done:
-            done += unit_done
-            bytes_done += int(self._final_bytes[unit.index] * unit_done / max(1, self._final_count[unit.index]))
-        if self._bytes_at_start is None:
-            self._bytes_at_start = bytes_done
-        elapsed = time.monotonic() - self.started
-        moved = bytes_done - self._bytes_at_start
-        rate = moved / elapsed if moved > 0 and elapsed > 0 else None
+        completed = [u.state == rs.COMPLETED for u in run.record.units] if run is not None \
+            else [False] * len(self.plan.units)
+        in_flight = unit.index if unit is not None and unit.kind != "revert" else None
+        done, bytes_done, units_done = self.tally.done(completed, in_flight, unit_done)
+        elapsed, rate = self.tally.rate(bytes_done)
         total_b = self.plan.bytes_total
         eta = (total_b - bytes_done) / rate if rate else None
         if state == rs.DONE:

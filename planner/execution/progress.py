@@ -106,3 +106,35 @@ class Reporter:
         if self.file is not None and self.latest is not None and self._file_at < self._last:
             write_json_atomic(self.file, {**self.stamp, **self.latest.as_dict()})
             self._file_at, self._file_state = self._last, self.latest.state
+
+
+class Tally:
+    """What a run has moved, for its progress: each unit's share of the plan's final moves (a partition counts
+    in the last unit that moves it) and the bytes done when this process started (its rate counts only what
+    it moved itself)."""
+
+    def __init__(self, final: dict[Any, int], bytes_of: dict[Any, int | None], units: int, started: float):
+        self.count = [0] * units
+        self.bytes = [0] * units
+        for k, u in final.items():
+            self.count[u] += 1
+            self.bytes[u] += bytes_of[k] or 0
+        self.started = started
+        self.bytes_at_start: int | None = None
+
+    def done(self, completed: list[bool], unit: int | None = None, unit_done: int = 0) -> tuple[int, int, int]:
+        """(partitions, bytes, units) done: the completed units', and `unit_done` partitions of `unit` in flight."""
+        done = sum(c for c, ok in zip(self.count, completed, strict=False) if ok)
+        nbytes = sum(b for b, ok in zip(self.bytes, completed, strict=False) if ok)
+        if unit is not None and unit_done:
+            done += unit_done
+            nbytes += int(self.bytes[unit] * unit_done / max(1, self.count[unit]))
+        if self.bytes_at_start is None:
+            self.bytes_at_start = nbytes
+        return done, nbytes, sum(completed)
+
+    def rate(self, nbytes: int) -> tuple[float, float | None]:
+        """(elapsed seconds, bytes/s moved by this process: None before it moved any)."""
+        elapsed = time.monotonic() - self.started
+        moved = nbytes - (self.bytes_at_start or 0)
+        return elapsed, (moved / elapsed if moved > 0 and elapsed > 0 else None)
