@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, Param
 from kplan_airflow import chains
-from kplan_airflow.chains import READ_ONLY, param
+from kplan_airflow.chains import READ_ONLY, dag_args, param
 from kplan_airflow.form import broker_picker, sizes_params
 from kplan_airflow.operators import DrainPlanOperator, FollowUpDrainOperator, RiskOperator
 
@@ -23,11 +23,8 @@ with DAG(
     dag_id="kafka_broker_drain",
     description="Move every replica off the given Kafka brokers: risk, plan, review, apply, verify",
     schedule=None,
-    catchup=False,
-    max_active_runs=1,
-    render_template_as_native_obj=True,
-    tags=["kafka", "kplan"],
     doc_md=__doc__,
+    **dag_args(),
     params={
         "brokers": broker_picker("Brokers to drain", "Pick the brokers, in the order a rolling restart would take "
                                  "them down"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, Param
 from kplan_airflow import chains
-from kplan_airflow.chains import READ_ONLY, param
+from kplan_airflow.chains import READ_ONLY, dag_args, param
 from kplan_airflow.form import broker_picker, sizes_params
 from kplan_airflow.operators import RiskOperator
 from kplan_airflow.roll_ops import (
@@ -32,11 +32,8 @@ with DAG(
     dag_id="kafka_broker_restart",
     description="Restart Kafka brokers one at a time: temporary replicas, demotion, gates, undo",
     schedule=None,
-    catchup=False,
-    max_active_runs=1,
-    render_template_as_native_obj=True,
-    tags=["kafka", "kplan"],
     doc_md=__doc__,
+    **dag_args(),
     params={
         "brokers": broker_picker("Brokers to restart", "Restarted one at a time"),
         "order": Param("auto", enum=["auto", "given"], title="Order",

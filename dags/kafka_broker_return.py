@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, Param
 from kplan_airflow import chains
-from kplan_airflow.chains import READ_ONLY, param
+from kplan_airflow.chains import READ_ONLY, dag_args, param
 from kplan_airflow.form import broker_picker
 from kplan_airflow.operators import ReturnPlanOperator, RiskOperator
 
@@ -22,11 +22,8 @@ with DAG(
     dag_id="kafka_broker_return",
     description="Move replicas back onto drained Kafka brokers that are running again, then end their maintenance",
     schedule=None,
-    catchup=False,
-    max_active_runs=1,
-    render_template_as_native_obj=True,
-    tags=["kafka", "kplan"],
     doc_md=__doc__,
+    **dag_args(),
     params={
         "brokers": broker_picker("Brokers to bring back", "Drained brokers, registered again"),
         "drain_plan": Param(None, type=["null", "string"], title="The drain's plan folder",

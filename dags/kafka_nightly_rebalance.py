@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, CronTriggerTimetable, Param, conf
 from kplan_airflow import chains
-from kplan_airflow.chains import READ_ONLY, param
+from kplan_airflow.chains import READ_ONLY, dag_args, param
 from kplan_airflow.form import sizes_params
 from kplan_airflow.operators import IdleCheckOperator, RebalancePlanOperator, RiskOperator
 
@@ -31,11 +31,8 @@ with DAG(
     # at 02:06 began a rebalance at once (seen in test_dagbag_imports_both_dags_without_errors_or_heavy_imports)
     schedule=CronTriggerTimetable(conf.get("kplan", "rebalance_schedule", fallback=None) or "0 2 * * *",
                                   timezone="UTC", run_immediately=timedelta(0)),
-    catchup=False,
-    max_active_runs=1,
-    render_template_as_native_obj=True,
-    tags=["kafka", "kplan"],
     doc_md=__doc__,
+    **dag_args(),
     params={
         "max_moves": Param(500, type=["null", "integer"], minimum=1, title="Move budget (replica moves)"),
         "max_bytes": Param(None, type=["null", "integer"], minimum=1, title="Bytes budget"),

@@ -19,6 +19,11 @@ from kplan_airflow.operators import (
     VerifyOperator,
 )
 
+
+def dag_args() -> dict[str, Any]:
+    """What every kplan DAG is: one run at a time, its params rendered as native objects (lists of brokers,
+    numbers), tagged kafka and kplan (a fresh dict each time: no DAG shares another's tag list)."""
+    return {"catchup": False, "max_active_runs": 1, "render_template_as_native_obj": True, "tags": ["kafka", "kplan"]}
 # read-only steps are retried; only transient faults (ZooKeeper unreachable, a lost session) get that far
 READ_ONLY: dict[str, Any] = {"retries": 2, "retry_delay": timedelta(seconds=20)}
 
