@@ -16,7 +16,7 @@ from __future__ import annotations
 from airflow.sdk import DAG, Param
 from kplan_airflow import chains
 from kplan_airflow.chains import READ_ONLY, dag_args, param
-from kplan_airflow.form import broker_picker, sizes_params
+from kplan_airflow.form import broker_picker, no_throttle_param, sizes_params
 from kplan_airflow.operators import DrainPlanOperator, FollowUpDrainOperator, RiskOperator
 
 with DAG(
@@ -43,10 +43,7 @@ with DAG(
                                 "after the plan or at any batch boundary"),
         "throttle": Param(None, type=["null", "integer"], minimum=102_400, title="Throttle (bytes/s)",
                           description="Replication throttle while data moves; empty = the plan's suggested rate, if any"),
-        "no_throttle": Param(False, type="boolean", title="Copy without a throttle",
-                             description="Only when neither a throttle nor the plan's suggestion gives a batch a "
-                             "rate (a plan without sizes): copy it at full speed on purpose. Off: such a plan is "
-                             "refused before approval"),
+        **no_throttle_param(),
         "max_concurrent_per_broker": Param(5, type="integer", minimum=1, maximum=1000,
                                            title="Max concurrent moves per broker"),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)",

@@ -18,7 +18,7 @@ from __future__ import annotations
 from airflow.sdk import DAG, Param
 from kplan_airflow import chains
 from kplan_airflow.chains import READ_ONLY, dag_args, param
-from kplan_airflow.form import broker_picker, sizes_params
+from kplan_airflow.form import broker_picker, no_throttle_param, sizes_params
 from kplan_airflow.operators import RiskOperator
 from kplan_airflow.roll_ops import (
     RestartPlanOperator,
@@ -51,10 +51,7 @@ with DAG(
                                 description="After the last broker keep them instead of removing them"),
         "throttle": Param(None, type=["null", "integer"], minimum=1, title="Throttle (bytes/s)",
                           description="Replication throttle of the temporary replicas' copies; empty = the plan's"),
-        "no_throttle": Param(False, type="boolean", title="Copy without a throttle",
-                             description="Only when neither a throttle nor the plan's suggestion gives a batch a "
-                             "rate (a plan without sizes): copy it at full speed on purpose. Off: such a plan is "
-                             "refused before approval"),
+        **no_throttle_param(),
         "reason": Param(None, type=["null", "string"], title="Reason",
                         description="Why the brokers restart (an OS patch, a config change, a ticket): recorded "
                         "with their maintenance state while each restarts"),

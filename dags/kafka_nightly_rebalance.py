@@ -18,7 +18,7 @@ from datetime import timedelta
 from airflow.sdk import DAG, CronTriggerTimetable, Param, conf
 from kplan_airflow import chains
 from kplan_airflow.chains import READ_ONLY, dag_args, param
-from kplan_airflow.form import sizes_params
+from kplan_airflow.form import no_throttle_param, sizes_params
 from kplan_airflow.operators import IdleCheckOperator, RebalancePlanOperator, RiskOperator
 
 with DAG(
@@ -46,10 +46,7 @@ with DAG(
                                 description="No broker may hold more than this fraction of its log dirs' capacity "
                                 "after the plan or at any batch boundary"),
         "throttle": Param(None, type=["null", "integer"], minimum=102_400, title="Throttle (bytes/s)"),
-        "no_throttle": Param(False, type="boolean", title="Copy without a throttle",
-                             description="Only when neither a throttle nor the plan's suggestion gives a batch a "
-                             "rate (a plan without sizes): copy it at full speed on purpose. Off: such a plan is "
-                             "refused before approval"),
+        **no_throttle_param(),
         "max_concurrent_per_broker": Param(5, type="integer", minimum=1, maximum=1000),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),
         "verify_timeout": Param(3600, type="integer", minimum=1, title="Verify timeout (s)"),

@@ -72,3 +72,13 @@ def sizes_params() -> dict[str, Any]:
                                description="Apache Kafka connection (security.protocol, SASL, SSL) through which "
                                "the brokers are asked for sizes and disk capacity; empty = PLAINTEXT"),
     }
+
+
+def no_throttle_param() -> dict[str, Any]:
+    """The Param of every DAG whose plan may copy data: a copy at full speed only when asked for on purpose."""
+    from airflow.sdk import Param
+
+    return {"no_throttle": Param(False, type="boolean", title="Copy without a throttle",
+                                 description="Only when neither a throttle nor the plan's suggestion gives a batch a "
+                                 "rate (a plan without sizes): copy it at full speed on purpose. Off: such a plan is "
+                                 "refused before approval")}
