@@ -63,6 +63,7 @@ from planner.optimizer.witness import leader_cap0, leader_caps, repair, witness
 NO_LIMIT = 1 << 62
 REPLAN_LIMIT = 50_000  # partitions: up to here the leadership witness is re-planned every round
 BYTES_TOLERANCE = 0.05  # a bytes rebalance brings every broker within 5 % of the mean (byte_level.level_bytes)
+BYTE_ALTERNATIONS = 12  # count rounds / byte levelling alternations before the count-preserving byte swaps
 
 
 @dataclass
@@ -135,7 +136,7 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
         # bytes), then mend bytes if that pushed a broker out of the tolerance (the skewed 1M case needs about
         # a dozen alternations to reach spread 1; 3 left it at 306)
         rounds += level_bytes(pb, st, eligible, budget_m, budget_b)
-        for _ in range(12):
+        for _ in range(BYTE_ALTERNATIONS):
             counts = broker_counts(st.final, B)[e_idx]
             if counts.max() - counts.min() <= max(1, rc.spread):
                 break
