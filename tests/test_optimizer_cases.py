@@ -314,3 +314,36 @@ def test_plan_files_list_broker_ids_of_each_row_whatever_its_padding():
     gap = np.array([[0, -1, 2], [1, 3, -1]], np.int32)
     assert _id_lists(pb, gap) == [[101, 103], [102, 107]]
     assert _id_lists(pb, np.zeros((0, 3), np.int32)) == []
+
+
+def test_batches_put_each_move_in_the_first_batch_where_its_brokers_have_room():
+    """batches._first_fit (it jumps over full batches by per-broker pointers) against the rule applied
+    naively: each move, in order, into the first batch where every broker it adds or removes has fewer than
+    `limit` moves; random moves over 6 brokers, limits 1-3."""
+    from planner.optimizer.batches import _first_fit
+
+    rng = np.random.default_rng(7)
+    for limit in (1, 2, 3):
+        n, B = 300, 6
+        orig = np.array([rng.choice(B, 3, replace=False) for _ in range(n)], np.int32)
+        final = orig.copy()
+        for i in range(n):
+            final[i, rng.integers(3)] = rng.choice([b for b in range(B) if b not in orig[i]])
+        loads: list[list[int]] = []
+        want: list[int] = []
+        for o, f in zip(orig.tolist(), final.tolist(), strict=True):
+            touched = (set(o) ^ set(f))
+            k = 0
+            while True:
+                if k == len(loads):
+                    loads.append([0] * B)
+                if all(loads[k][b] < limit for b in touched):
+                    break
+                k += 1
+            for b in touched:
+                loads[k][b] += 1
+            want.append(k)
+        got = np.zeros(n, np.int64)
+        for k, group in enumerate(_first_fit(orig, final, limit, B)):
+            got[group] = k
+        assert got.tolist() == want

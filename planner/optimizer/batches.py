@@ -151,11 +151,44 @@ def _first_fit(orig: np.ndarray, final: np.ndarray, limit: int, n_brokers: int, 
                 return False
         return True
 
+    # without disk limits: per broker, the next batch from k on where it has room, as pointers with path
+    # compression, so that the search for the first batch where all of a move's brokers have room jumps over
+    # each one's full batches instead of testing batch after batch (a 1M-partition bytes plan, its moves in
+    # size order over ~5,900 batches, spent 8 s there)
+    nxt: list[list[int]] = [[] for _ in range(n_brokers)]
+
+    def room_from(b: int, k: int) -> int:
+        p = nxt[b]
+        r = k
+        while r < len(p) and p[r] != r:
+            r = p[r]
+        while k < len(p) and k != r:
+            p[k], k = r, p[k]
+        return r
+
     waiting = list(range(len(touched)))
     while waiting:
         left = []
         for i in waiting:
             brokers = touched[i]
+            if disk is None:
+                k = 0
+                while True:
+                    k2 = max([room_from(b, k) for b in brokers]) if brokers else k
+                    if k2 == k:
+                        break
+                    k = k2
+                if k >= len(load):
+                    load.append([0] * n_brokers)
+                    for p in nxt:
+                        p.append(len(load) - 1)
+                lk = load[k]
+                for b in brokers:
+                    lk[b] += 1
+                    if lk[b] >= limit:
+                        nxt[b][k] = k + 1
+                assign[i] = k
+                continue
             k = max([first_free[b] for b in brokers]) if brokers else 0
             while True:
                 if k >= len(load) and not peak_ok(i, k):
