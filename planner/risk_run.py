@@ -60,6 +60,8 @@ def run_risk(req: RiskRequest, prepared: Prepared | None = None, spark: Any = No
             progress(f"starting Spark ({req.master or os.environ.get('SPARK_MASTER') or DEFAULT_MASTER})")
             spark = spark_session.session(req.master, req.driver_memory)
         summary = job.run(spark, prepared, out, progress=progress)
+        if launched:   # once per installation: the next runs' JVMs start from this one's classes
+            spark_session.save_class_archive(spark)
     finally:
         if launched:
             spark_session.shutdown(spark)      # the session and the JVM started for it, even when interrupted

@@ -60,9 +60,9 @@ def installed(tmp_path_factory, wheel) -> Path:
     return py
 
 
-def _env() -> dict[str, str]:
+def _env(cache: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-    return {**env, "SPARK_LOCAL_IP": "127.0.0.1"}
+    return {**env, "SPARK_LOCAL_IP": "127.0.0.1", **({"XDG_CACHE_HOME": str(cache)} if cache else {})}
 
 
 def test_installed_wheel_runs_risk_in_process_and_through_spark_submit(installed, tmp_path):
@@ -74,25 +74,31 @@ def test_installed_wheel_runs_risk_in_process_and_through_spark_submit(installed
         "drains=((1,),), modes=('failure',)))\n"
         "print(json.dumps({'file': planner.__file__, 'level': out.level}))\n"
     )
+    cache = tmp_path / "cache"   # the class-data sharing archive of this installation's Spark goes here
     done = subprocess.run([str(installed), "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                          env=_env(), timeout=300)
+                          env=_env(cache), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    # the JVM writes nothing on the process's stdout (planner.spark.session sends its stdout to stderr)
+    got = json.loads(done.stdout)
     venv = installed.parent.parent
     assert Path(got["file"]).is_relative_to(venv) and not Path(got["file"]).is_relative_to(REPO)
     assert got["level"] == "critical"   # payments-0 has its only replica on broker 1
     summary = json.loads((tmp_path / "r1" / "summary.json").read_text())
     assert [x["name"] for x in summary["scenarios"]] == ["drain 1 [failure]"]
+    # the first run left the archive of its JVM's classes; the next JVM maps it (and its results are the same)
+    archives = list((cache / "kplan" / "spark-cds").glob("driver-*.jsa"))
+    assert len(archives) == 1 and archives[0].stat().st_size > 10 << 20, archives
 
     done = subprocess.run([str(installed), "-m", "planner.cli", "risk", "--snapshot", str(snap), "--out",
                            str(tmp_path / "r2"), "--all-racks", "--mode", "failure", "--spark-submit", "--json"],
-                          capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=300)
+                          capture_output=True, text=True, cwd=tmp_path, env=_env(cache), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert [x["name"] for x in summary["scenarios"]] == ["rack r1 [failure]", "rack r2 [failure]",
                                                          "rack r3 [failure]"]
     r1 = summary["scenarios"][0]
     assert (r1["level"], r1["offline"], r1["rf1_hit"], r1["evaluated"]) == ("critical", 1, 1, 4)
+    assert f"-XX:SharedArchiveFile={archives[0]}" in done.stderr   # the submitted command (progress line)
     entry = next(w for w in done.stderr.split() if w.endswith("drain_risk.py"))
     assert Path(entry).is_relative_to(venv), entry   # the job entry shipped in the wheel was submitted
 

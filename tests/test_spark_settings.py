@@ -50,3 +50,19 @@ def test_every_way_to_start_the_job_gets_the_same_settings(tmp_path, monkeypatch
     assert cmd[-len(submit.args) - 1:] == [str(submit.application), *submit.args]
     monkeypatch.setenv("KPLAN_SPARK_DRIVER_MEMORY", "5g")
     assert api.risk_submit(dataclasses.replace(req, driver_memory=None)).driver_memory == "5g"
+
+
+def test_the_driver_maps_a_class_archive_once_there_is_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    archive = settings.class_archive()
+    assert archive is not None and archive.is_relative_to(tmp_path) and not archive.exists()
+    opts = settings.session_conf()["spark.driver.extraJavaOptions"]
+    assert "-XX:+RecordDynamicDumpInfo" in opts and "SharedArchiveFile" not in opts   # a later dump needs it
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"archive")
+    for conf in (settings.session_conf(), settings.submit_conf()):
+        opts = conf["spark.driver.extraJavaOptions"]
+        assert f"-XX:SharedArchiveFile={archive}" in opts and "RecordDynamicDumpInfo" not in opts
+        assert "-Xlog:cds*=off" in opts   # an archive that does not fit is skipped silently
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "another-jvm"))   # another JVM: another archive (or none)
+    assert settings.class_archive() != archive

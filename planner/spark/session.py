@@ -6,26 +6,30 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from pyspark import SparkContext
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from planner.risk import DEFAULT_MASTER
 from planner.spark.jvms import stop_child_jvms
-from planner.spark.settings import session_conf
+from planner.spark.settings import KEEP_ARCHIVES, class_archive, java, session_conf
 
 log = logging.getLogger(__name__)
+
+APP_NAME = "kplan-drain-risk"
 
 
 def session(master: str | None = None, driver_memory: str | None = None) -> Any:
     """A SparkSession for the job. Master: argument, else $SPARK_MASTER, else local[2]; under spark-submit the
     submitted master is kept. Returns the active session if one exists (tests share one)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.appName("kplan-drain-risk")
+    builder = SparkSession.builder.appName(APP_NAME)
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     master = master or os.environ.get("SPARK_MASTER") or (None if under_submit else DEFAULT_MASTER)
     if master:
@@ -34,9 +38,25 @@ def session(master: str | None = None, driver_memory: str | None = None) -> Any:
     for k, v in conf.items():
         builder = builder.config(k, v)
     with _keep_sigint_handler():
+        if not under_submit:
+            _launch_jvm(conf, master)
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _launch_jvm(conf: dict[str, str], master: str | None) -> None:
+    """Launch the driver JVM as PySpark would (launch_gateway, with the job's settings), unless this process has
+    one, but with its stdout on this process's stderr: the JVM shares the process's stdout otherwise, and
+    whatever it prints there (log4j's status lines, HotSpot's messages) would land in `kplan risk --json`."""
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items())).setAppName(APP_NAME)
+        if master:
+            spark_conf.setMaster(master)
+        SparkContext._gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": 2})
+        SparkContext._jvm = SparkContext._gateway.jvm
 
 
 @contextmanager
@@ -99,3 +119,36 @@ def shutdown(spark: Any | None) -> None:
     SparkContext._jvm = None
     SparkContext._active_spark_context = None
 
+
+
+def save_class_archive(spark: Any) -> None:
+    """Have the driver JVM this process launched write the class-data sharing archive of the classes it loaded
+    (`jcmd PID VM.cds dynamic_dump`, JDK 17+), for the next runs to map (planner.spark.settings.java_options).
+    Once per JVM, Spark installation and options, after a job that completed; the archive appears whole or
+    not at all, and only the newest KEEP_ARCHIVES stay. Anything that fails here only costs the next run its
+    head start."""
+    archive = class_archive()
+    proc = getattr(SparkContext._gateway, "proc", None)
+    jvm = java()
+    if archive is None or archive.is_file() or proc is None or proc.poll() is not None or jvm is None:
+        return
+    jcmd = jvm.parent / "jcmd"
+    if not jcmd.exists() or "RecordDynamicDumpInfo" not in spark.sparkContext.getConf().get(
+            "spark.driver.extraJavaOptions", ""):
+        return
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    pending = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
+    try:
+        done = subprocess.run([str(jcmd), str(proc.pid), "VM.cds", "dynamic_dump", str(pending)],
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode == 0 and pending.is_file() and pending.stat().st_size > 0:
+            pending.replace(archive)
+            log.info("class-data sharing archive for the next Spark runs: %s", archive)
+            for old in sorted(archive.parent.glob("driver-*.jsa"), key=lambda f: f.stat().st_mtime)[:-KEEP_ARCHIVES]:
+                old.unlink(missing_ok=True)
+        else:
+            log.debug("no class-data sharing archive: %s", (done.stdout + done.stderr).strip()[-500:])
+    except (OSError, subprocess.SubprocessError) as e:
+        log.debug("no class-data sharing archive: %s", e)
+    finally:
+        pending.unlink(missing_ok=True)
