@@ -177,7 +177,7 @@ def risk(req: RiskRequest, *, progress: ProgressFn | None = None, spark: Any = N
     check_output(Path(req.out), req.force, inputs)
     say = _reporter("risk", progress)
     prepared = risk_lib.prepare(req, kraft_ok=True)
-    if spark is None and prepared.kraft is None:   # a KRaft snapshot's rules run in-process (planner.risk_kraft)
+    if spark is None:
         from planner.extras import require
 
         require("spark", "the risk job (Spark)")

@@ -123,18 +123,24 @@ class KraftState:
                 lists[name] = m
             else:
                 lists[name] = np.full((parts.num_rows, 0), -1, dtype=np.int32)
-        b = snap.brokers
-        n = b.num_rows
-
-        def flag(col: str) -> np.ndarray:
-            if col not in b.column_names:
-                return np.zeros(n, dtype=bool)
-            return np.asarray(b.column(col).fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
-
-        active = base.alive & ~flag("fenced") & ~flag("in_controlled_shutdown")
+        active = cls.active_of(snap.brokers)
         base = replace(base, replicas=_pad(base.replicas, width), isr=_pad(base.isr, width))
         return cls(base, _pad(lists["elr"], width), _pad(lists["last_known_elr"], width),
                    topic_min_isr(base), active, source.elr)
+
+    @staticmethod
+    def active_of(brokers: pa.Table) -> np.ndarray:
+        """Per broker row: registered (`alive`), not fenced, not in controlled shutdown
+        (ClusterControlManager.isActive L741-745)."""
+        n = brokers.num_rows
+
+        def flag(col: str) -> np.ndarray:
+            if col not in brokers.column_names:
+                return np.zeros(n, dtype=bool)
+            return np.asarray(brokers.column(col).fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
+        alive = np.asarray(brokers.column("alive").to_numpy(zero_copy_only=False), dtype=bool)
+        return alive & ~flag("fenced") & ~flag("in_controlled_shutdown")
 
     def active_lut(self, size: int) -> np.ndarray:
         lut = np.zeros(size, dtype=bool)
@@ -536,7 +542,8 @@ def replay(state: KraftState, scenarios: Sequence[rm.Scenario], plan_state: Kraf
         returned = None
         if s.kind == "rolling":
             after_active = active & ~zk._lut(s.brokers, size)
-            back, _, _, _ = run_events(out.parts, return_events(s.brokers, s.mode, st.elr_enabled), after_active,
+            went = [x for x in s.brokers if 0 <= x < size and active[x]]   # an inactive broker does not return
+            back, _, _, _ = run_events(out.parts, return_events(went, s.mode, st.elr_enabled), after_active,
                                        st.elr_enabled, isr_start=p.isr)
             returned = back.leader
         rows_out.append(_row_table(st, s.id, rows, p, out, env, returned, replicas, demoted_from))

@@ -198,8 +198,9 @@ def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None
     """Every check that can fail on the user's input, before any Spark work. `plan_entries`: a target
     assignment given directly instead of `req.plan` (tests; callers that hold a Plan already), with
     `restart_order` when it is a restart plan's temporary state. A KRaft snapshot is refused unless the
-    caller runs the KRaft rules (`kraft_ok`: planner.risk_run does, in-process): the Spark job replays
-    ZooKeeper-mode rules only, and must never score a KRaft cluster with them."""
+    caller runs the KRaft rules (`kraft_ok`: planner.risk_run does, through planner.risk_kraft): the
+    spark-submit entry (planner.spark.job.main) does not take them yet, and must never score a KRaft cluster
+    with ZooKeeper's rules."""
     rm.parse_kafka_version(req.kafka_version)
     info = open_snapshot(req.snapshot)
     kraft = _kraft(info, kraft_ok)
@@ -249,9 +250,9 @@ def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None
 def _kraft(info: sio.Snapshot, kraft_ok: bool) -> KraftSource | None:
     src = kraft_source(info.manifest)
     if src is not None and not kraft_ok:
-        raise BadInput(f"{info.path or 'the snapshot'} is of a KRaft cluster ({src.describe()}): the Spark risk job "
-                       "replays ZooKeeper-mode rules only; run `kplan risk` without spark-submit, which replays "
-                       "the KRaft controller's rules in-process (planner.replay_kraft)")
+        raise BadInput(f"{info.path or 'the snapshot'} is of a KRaft cluster ({src.describe()}): the spark-submit "
+                       "entry of the risk job does not take the KRaft rule set yet; run `kplan risk` without "
+                       "spark-submit, which replays the KRaft controller's rules in-process")
     return src
 
 

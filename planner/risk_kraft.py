@@ -1,8 +1,8 @@
-"""`kplan risk` on a KRaft snapshot: the KRaft rules (planner.replay_kraft) run in-process with numpy, writing
-the same folder the Spark job writes (partitions.parquet, scenarios.parquet, summary.json), with the KRaft
-columns besides (elr, last_known_elr, new_elr, new_last_known_elr) and summary.json's `backend` naming the
-rules. The Spark job replays ZooKeeper-mode rules only (planner.risk.prepare refuses it a KRaft snapshot), so
-until it gains the KRaft rule set this is the one path that scores a KRaft cluster."""
+"""`kplan risk` on a KRaft snapshot: the KRaft rules, in the Spark job (planner.spark.kraft_election, the job
+given a KRaft view of the request: `spark_view`) or with the numpy reference (planner.replay_kraft) in-process,
+writing the same folder as for ZooKeeper (partitions.parquet, scenarios.parquet, summary.json) with the KRaft
+columns besides (elr, last_known_elr, new_elr, new_last_known_elr) and summary.json's `backend` naming the rules
+and the engine. The spark-submit entry (planner.spark.job.main) refuses a KRaft snapshot (planner.risk.prepare)."""
 
 from __future__ import annotations
 
@@ -56,30 +56,55 @@ def worst(rows: pa.Table, scenario_ids: list[int], k: int = rm.WORST_PER_SCENARI
     return t.take(pa.array(keep, pa.int64()))
 
 
-def run(prepared: Prepared, out: Path | str, progress: Callable[[str], None] = log.info) -> dict[str, Any]:
-    """Evaluate every scenario with the KRaft rules and write the risk folder's files into `out`."""
+def spark_view(prepared: Prepared) -> Prepared:
+    """The request as the Spark job takes it for a KRaft snapshot: brokers that are fenced or in controlled
+    shutdown count as not alive (no candidates, not survivors: replay_kraft's `active`), the produce-side
+    min ISR is min(min.insync.replicas, RF) (the 3.7+ rule), and a kill's window is broker.session.timeout.ms."""
+    from dataclasses import replace
+
+    from planner.snapshot_io import Snapshot
+
+    info = prepared.info
+    b = info.brokers
+    active = kr.KraftState.active_of(b)
+    brokers = b.set_column(b.column_names.index("alive"), "alive", pa.array(active))
+    view = Snapshot(info.path, info.manifest, brokers, info.topics, info._partitions)
+    return replace(prepared, info=view, kafka_version="3.9", session_timeout_s=session_timeout(prepared))
+
+
+def run(prepared: Prepared, out: Path | str, progress: Callable[[str], None] = log.info,
+        spark: Any = None) -> dict[str, Any]:
+    """Evaluate every scenario with the KRaft rules and write the risk folder's files into `out`: in the Spark
+    job (planner.spark.kraft_election) when `spark` is given, else with the numpy reference in-process."""
     assert prepared.kraft is not None
     started = time.monotonic()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    progress(f"KRaft rules (planner.replay_kraft): {prepared.kraft.describe()}")
-    state = kr.KraftState.from_snapshot(prepared.info, prepared.kraft)
-    plan_state = state.with_plan(prepared.plan_entries) if prepared.plan_entries is not None else None
-    res = kr.replay(state, prepared.scenarios, plan_state, session_timeout(prepared))
-    pq.write_table(res.rows, out / "partitions.parquet")
-    pq.write_table(res.scenarios, out / "scenarios.parquet")
-    base = {"current": kr.baseline(state)}
-    if plan_state is not None:
-        base["plan"] = kr.baseline(plan_state)
-    summary = build_summary(prepared, res.scenarios, worst(res.rows, listed(res.scenarios)), base,
-                            time.monotonic() - started)
+    progress(f"KRaft rules: {prepared.kraft.describe()}")
+    if spark is not None:
+        from planner.spark import job
+
+        summary = job.run(spark, spark_view(prepared), out, progress=progress)
+        engine = "spark"
+    else:
+        state = kr.KraftState.from_snapshot(prepared.info, prepared.kraft)
+        plan_state = state.with_plan(prepared.plan_entries) if prepared.plan_entries is not None else None
+        res = kr.replay(state, prepared.scenarios, plan_state, session_timeout(prepared))
+        pq.write_table(res.rows, out / "partitions.parquet")
+        pq.write_table(res.scenarios, out / "scenarios.parquet")
+        base = {"current": kr.baseline(state)}
+        if plan_state is not None:
+            base["plan"] = kr.baseline(plan_state)
+        summary = build_summary(prepared, res.scenarios, worst(res.rows, listed(res.scenarios)), base,
+                                time.monotonic() - started)
+        engine = "numpy"
     src = prepared.kraft
     summary["kafka_version"] = f"KRaft (metadata.version {src.metadata_version or 'unknown'}, ELR " \
                                f"{'on' if src.elr else 'off'})"
     summary["effective_min_isr"] = "least(min_isr, rf) (the ELR's: least(min_isr, rf of the topic's partition 0))"
     summary["backend"] = {"backend": "kraft", "metadata_version": src.metadata_version, "features": src.features,
                           "elr": src.elr, "rules": "planner.replay_kraft (Kafka 4.1.1 controller)",
-                          "engine": "numpy", "session_timeout_s": session_timeout(prepared)}
+                          "engine": engine, "session_timeout_s": session_timeout(prepared)}
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
     tmp.replace(out / "summary.json")

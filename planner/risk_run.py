@@ -38,17 +38,14 @@ def run_risk(req: RiskRequest, prepared: Prepared | None = None, spark: Any = No
     out = Path(req.out)
     n = len(prepared.scenarios)
     progress(f"{count(n, 'scenario')} ({', '.join(req.modes)}) on {prepared.info.path or 'in-memory snapshot'}")
-    if prepared.kraft is not None:   # the KRaft rules run in-process; the Spark job models ZooKeeper mode only
-        if req.spark_submit:
-            raise BadInput("a KRaft snapshot's risk runs in-process (planner.replay_kraft): the Spark job "
-                           "replays ZooKeeper-mode rules only; drop spark-submit")
-        from planner import risk_kraft
-
-        return risk_kraft.run(prepared, out, progress)
+    from planner import risk_kraft
     from planner.spark import job
     from planner.spark import session as spark_session
 
     if req.spark_submit:
+        if prepared.kraft is not None:
+            raise BadInput("a KRaft snapshot's risk runs in-process (kplan risk without spark-submit): the "
+                           "spark-submit entry does not take the KRaft rule set yet")
         return _submit(req, progress)
     # A session this call creates is this call's to stop (with its JVM, when it launched one); an existing
     # one (the caller's, or an active one getOrCreate returns) is left running.
@@ -59,7 +56,10 @@ def run_risk(req: RiskRequest, prepared: Prepared | None = None, spark: Any = No
         if spark is None:
             progress(f"starting Spark ({req.master or os.environ.get('SPARK_MASTER') or DEFAULT_MASTER})")
             spark = spark_session.session(req.master, req.driver_memory)
-        summary = job.run(spark, prepared, out, progress=progress)
+        if prepared.kraft is not None:   # the KRaft rule set (planner.spark.kraft_election), same job
+            summary = risk_kraft.run(prepared, out, progress, spark=spark)
+        else:
+            summary = job.run(spark, prepared, out, progress=progress)
         if launched:   # once per installation: the next runs' JVMs start from this one's classes
             spark_session.save_class_archive(spark)
     finally:

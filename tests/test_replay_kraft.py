@@ -358,17 +358,19 @@ def test_the_source_decides_the_rules():
         kr.kraft_source({"source": {"backend": "kraft", "metadata_version": None, "features": None}})
 
 
-def test_kplan_risk_on_a_kraft_snapshot_runs_the_kraft_rules_and_says_so(tmp_path):
-    """The whole `risk` call (api.risk, what `kplan risk` runs) on a KRaft snapshot: no Spark, the KRaft rules,
-    the folder complete; the Spark paths (spark-submit, the job's own entry) refuse it in one line."""
-    from planner import api
+def test_the_numpy_engine_writes_the_risk_folder_and_the_spark_paths_refuse_what_they_cannot_run(tmp_path):
+    """planner.risk_kraft with the numpy reference (no Spark): the folder complete, the KRaft rules named; the
+    spark-submit paths refuse a KRaft snapshot in one line, writing nothing (`kplan risk` in-process runs the
+    Spark job's KRaft rule set: tests/test_kraft_risk_spark.py)."""
+    from planner import api, risk_kraft
 
     s = ksnap(SEED)
     out = tmp_path / "risk"
-    res = api.risk(api.RiskRequest(snapshot=s, out=out, drains=((1,),)))
-    doc = json.loads((out / "summary.json").read_text())
-    assert doc["backend"]["backend"] == "kraft" and doc["backend"]["elr"] is True
-    assert doc["kafka_version"].startswith("KRaft") and res.level == "critical"
+    prepared = risk.prepare(api.RiskRequest(snapshot=s, out=out, drains=((1,),)), kraft_ok=True)
+    doc = risk_kraft.run(prepared, out)
+    assert doc == json.loads((out / "summary.json").read_text())
+    assert doc["backend"]["backend"] == "kraft" and doc["backend"]["elr"] is True and doc["backend"]["engine"] == "numpy"
+    assert doc["kafka_version"].startswith("KRaft") and doc["level"] == "critical"
     assert sorted(p.name for p in out.iterdir()) == ["partitions.parquet", "scenarios.parquet", "summary.json"]
     rows = pq.read_table(out / "partitions.parquet").to_pylist()
     pay = [r for r in rows if r["topic"] == "payments"]
@@ -380,6 +382,6 @@ def test_kplan_risk_on_a_kraft_snapshot_runs_the_kraft_rules_and_says_so(tmp_pat
         api.risk(api.RiskRequest(snapshot=s, out=tmp_path / "r2", drains=((1,),), spark_submit=True))
     with pytest.raises(BadInput, match="KRaft"):
         api.risk_submit(api.RiskRequest(snapshot=s, out=tmp_path / "r3", drains=((1,),)))
-    with pytest.raises(BadInput, match="ZooKeeper-mode rules only"):
+    with pytest.raises(BadInput, match="does not take the KRaft rule set"):
         risk.prepare(api.RiskRequest(snapshot=s, out=tmp_path / "r4"))    # what the Spark job's entry calls
     assert not (tmp_path / "r2").exists() and not (tmp_path / "r3").exists()

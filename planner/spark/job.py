@@ -54,7 +54,7 @@ from planner import risk as risk_lib
 from planner import risk_model as rm
 from planner.requests import RiskRequest
 from planner.runfolder import step_output
-from planner.spark import zk_election
+from planner.spark import kraft_election, zk_election
 from planner.spark.aggregate import aggregates, finish, listed_scenarios, worst_partitions
 from planner.spark.columns import STEP_OUT, apply_flat, frame, ints
 
@@ -62,9 +62,39 @@ log = logging.getLogger(__name__)
 
 
 def rules(prepared: risk_lib.Prepared) -> ModuleType:
-    """The election rule set for the snapshot's controller: ZooKeeper's (the only one today; KRaft's joins
-    here, chosen by the snapshot's mode, issue 24)."""
-    return zk_election
+    """The election rule set for the snapshot's controller: KRaft's for a KRaft snapshot (manifest
+    source.backend), else ZooKeeper's."""
+    return kraft_election if prepared.kraft is not None else zk_election
+
+
+KRAFT_ROW = ["elr", "last_known_elr", "new_elr", "new_last_known_elr"]   # replay_kraft.KRAFT_ROW_EXTRA
+
+
+def _kraft_columns(spark: Any, prepared: risk_lib.Prepared, parts: Any) -> Any:
+    """A KRaft snapshot's partitions with elr, lke (empty where the snapshot has none), elr_on and elr_min, the
+    controller's min ISR (min of the topic's min.insync.replicas and its partition 0's RF: computed here from
+    the snapshot's columns, as replay_kraft.topic_min_isr does)."""
+    info = prepared.info
+    t = info.partition_columns(["topic", "partition", "replicas", "state_error"])
+    t = t.filter(pc.is_null(t.column("state_error")))
+    topic = t.column("topic")
+    topic = pc.cast(topic, pa.string()) if pa.types.is_dictionary(topic.type) else topic
+    first = (pa.table({"topic": topic, "partition": t.column("partition"), "rf": pc.list_value_length(t.column("replicas"))})
+             .sort_by([("topic", "ascending"), ("partition", "ascending")]))
+    rf0: dict[str, int] = {}
+    for name, rf in zip(first.column("topic").to_pylist(), first.column("rf").to_pylist(), strict=True):
+        rf0.setdefault(name, int(rf))
+    mins = dict(zip(info.topics.column("topic").to_pylist(), info.topics.column("min_insync_replicas").to_pylist(),
+                    strict=True))
+    elr_min = frame(spark, {"topic": (pa.string(), list(rf0)),
+                            "elr_min": (pa.int32(), [min(int(mins.get(n) or 1), r) for n, r in rf0.items()])})
+    no = F.array().cast("array<int>")
+    have = set(parts.columns)
+    return (parts.join(F.broadcast(elr_min), "topic", "left")
+            .withColumns({"elr": F.coalesce(F.col("elr"), no) if "elr" in have else no,
+                          "lke": F.coalesce(F.col("last_known_elr"), no) if "last_known_elr" in have else no,
+                          "elr_on": F.lit(bool(prepared.kraft.elr)),
+                          "elr_min": F.coalesce(F.col("elr_min"), F.lit(1))}))
 
 
 # ------------------------------------------------------------------------------------------ inputs
@@ -73,6 +103,10 @@ def load_partitions(spark: Any, prepared: risk_lib.Prepared) -> Any:
     (replicas = ISR = target, leader = target[0]), with the topic's min ISR and unclean setting joined in."""
     info = prepared.info
     cols = ["topic", "partition", "replicas", "isr", "leader", "has_state"]
+    if prepared.kraft is not None:   # the ELR columns where the snapshot has them
+        have = (set(info.partitions.column_names) if info.in_memory
+                else set(pq.read_schema(info.path / "partitions.parquet").names))
+        cols += [c for c in ("elr", "last_known_elr") if c in have]
     if info.in_memory:
         t = info.partitions
         if prepared.unknown:   # a partition whose state is unknown is counted apart, never scored
@@ -97,6 +131,13 @@ def load_partitions(spark: Any, prepared: risk_lib.Prepared) -> Any:
                      F.coalesce("min_insync_replicas", F.lit(1)).cast("int").alias("min_isr"),
                      F.coalesce("unclean_leader_election", F.lit(False)).alias("unclean"))
              .withColumn("state", F.lit("current")))
+    extra: list[Any] = []
+    if prepared.kraft is not None:
+        parts = _kraft_columns(spark, prepared, parts).drop(*[c for c in ("last_known_elr",) if c in cols])
+        # a completed reassignment leaves a full ISR: no ELR, no last known ELR (replay_kraft.with_plan)
+        no = F.array().cast("array<int>")
+        extra = [F.when(F.col("target").isNotNull(), no).otherwise(F.col(c)).alias(c) for c in ("elr", "lke")]
+        extra += ["elr_on", "elr_min"]
     if prepared.plan_entries is not None:
         plan = spark.createDataFrame(
             pa.table({"topic": pa.array([e.topic for e in prepared.plan_entries], pa.string()),
@@ -108,7 +149,7 @@ def load_partitions(spark: Any, prepared: risk_lib.Prepared) -> Any:
                          F.coalesce("target", "isr").alias("isr"),
                          F.when(F.col("target").isNotNull(), F.get("target", 0)).otherwise(F.col("leader")).alias("leader"),
                          (F.col("has_state") | F.col("target").isNotNull()).alias("has_state"),
-                         "min_isr", "unclean", F.lit("plan").alias("state")))
+                         "min_isr", "unclean", F.lit("plan").alias("state"), *extra))
         parts = parts.unionByName(after)
     return parts.withColumn("rf", F.size("replicas"))
 
@@ -226,7 +267,10 @@ def one_shot_rows(parts: Any, one_df: Any, width: int, rule_set: ModuleType) -> 
     j = j.select("*", F.explode("modes").alias("_m")).withColumns(
         {"scenario_id": F.col("_m.sid"), "controlled": F.col("_m.mode") == "controlled",
          "leader_gone": F.array_contains("s", F.col("leader"))})
-    return apply_flat(j, rule_set.STEP_STAGES).withColumn("returned_leader", F.lit(None).cast("int")).select(*_ROW)
+    out = apply_flat(j, rule_set.STEP_STAGES).withColumn("returned_leader", F.lit(None).cast("int"))
+    if rule_set is kraft_election:
+        return out.select(*_ROW, "elr", F.col("lke").alias("last_known_elr"), "new_elr", "new_last_known_elr")
+    return out.select(*_ROW)
 
 
 def rolling_rows(parts: Any, roll_df: Any, dead: list[int], width: int, rule_set: ModuleType) -> Any:
@@ -234,20 +278,22 @@ def rolling_rows(parts: Any, roll_df: Any, dead: list[int], width: int, rule_set
     j = _affected(parts, roll_df, width).withColumns({"controlled": F.col("mode") == "controlled", "dead": ints(dead)})
     folded = j.select("topic", "partition", "replicas", "rf", "min_isr", "unclean", "controlled",
                       F.explode(rule_set.rolling_fold()).alias("o"))
+    extra = [f"o.{c}" for c in KRAFT_ROW] if rule_set is kraft_election else []
     return folded.select(F.col("o.sid").alias("scenario_id"), "topic", "partition", "replicas", "rf", "min_isr",
                          "unclean", "o.leader", "o.isr", "o.new_leader", "o.new_isr", "o.unclean_taken",
                          "o.live_replica_exists", "o.returned_leader", "controlled", "o.leader_gone",
-                         *[f"o.{k}" for k in STEP_OUT], F.lit(None).cast("int").alias("demoted_from")).select(*_ROW)
+                         *[f"o.{k}" for k in STEP_OUT], F.lit(None).cast("int").alias("demoted_from"),
+                         *extra).select(*_ROW, *[c.removeprefix("o.") for c in extra])
 
 
-def with_outcomes(rows: Any, kafka_version: str) -> Any:
-    """The outcome columns, from planner.risk_model's expressions."""
+def with_outcomes(rows: Any, kafka_version: str, extra: list[str] | None = None) -> Any:
+    """The outcome columns, from planner.risk_model's expressions (`extra`: a rule set's own columns, kept)."""
     facts = rows.withColumns({"new_isr_size": F.size("new_isr"), "unclean_allowed": F.col("unclean"),
                               "failure_mode": ~F.col("controlled")})
     facts = facts.withColumn("eff_min_isr", rm.to_spark(rm.effective_min_isr(kafka_version)).cast("int"))
     facts = facts.withColumns({k: rm.to_spark(e) for k, e in rm.OUTCOMES.items()})
     facts = facts.withColumn("severity", rm.to_spark(rm.SEVERITY).cast("byte"))
-    return facts.select(*rm.ROW_COLUMNS)
+    return facts.select(*rm.ROW_COLUMNS, *(extra or []))
 
 
 def list_width(prepared: risk_lib.Prepared) -> int:
@@ -268,7 +314,7 @@ def evaluate(spark: Any, prepared: risk_lib.Prepared, parts: Any | None = None) 
     rows = one_shot_rows(parts, one_df, width, rule_set)
     if any(s.kind == "rolling" for s in prepared.scenarios):
         rows = rows.unionByName(rolling_rows(parts, roll_df, dead, width, rule_set))
-    return with_outcomes(rows, prepared.kafka_version)
+    return with_outcomes(rows, prepared.kafka_version, KRAFT_ROW if rule_set is kraft_election else None)
 
 
 def _log(message: str) -> None:
