@@ -251,8 +251,8 @@ def _kraft(info: sio.Snapshot, kraft_ok: bool) -> KraftSource | None:
     src = kraft_source(info.manifest)
     if src is not None and not kraft_ok:
         raise BadInput(f"{info.path or 'the snapshot'} is of a KRaft cluster ({src.describe()}): the spark-submit "
-                       "entry of the risk job does not take the KRaft rule set yet; run `kplan risk` without "
-                       "spark-submit, which replays the KRaft controller's rules in-process")
+                       "entry of the risk job does not take the KRaft rule set yet; the risk run in-process replays the "
+                       "KRaft controller's rules")
     return src
 
 

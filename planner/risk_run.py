@@ -44,8 +44,8 @@ def run_risk(req: RiskRequest, prepared: Prepared | None = None, spark: Any = No
 
     if req.spark_submit:
         if prepared.kraft is not None:
-            raise BadInput("a KRaft snapshot's risk runs in-process (kplan risk without spark-submit): the "
-                           "spark-submit entry does not take the KRaft rule set yet")
+            raise BadInput("a KRaft snapshot's risk runs in this process: the job's spark-submit entry does not "
+                           "take the KRaft rule set yet")
         return _submit(req, progress)
     # A session this call creates is this call's to stop (with its JVM, when it launched one); an existing
     # one (the caller's, or an active one getOrCreate returns) is left running.
