@@ -107,7 +107,7 @@ def assert_same(out: Path, ref, columns: list[str] = COLUMNS) -> None:
             assert same, f"{w['name']}: {k} spark {g[k]} vs reference {w[k]}"
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=clusters())
 def test_spark_kraft_rules_agree_with_the_reference_on_every_partition_of_every_scenario(spark, case):
     desc, states, fenced, elr_on, drain, moves = case
@@ -125,7 +125,7 @@ def test_spark_kraft_rules_agree_with_the_reference_on_every_partition_of_every_
         assert json.loads((Path(req.out) / "summary.json").read_text())["baseline"]["current"] == kr.baseline(state)
 
 
-@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=clusters())
 def test_spark_kraft_rules_agree_with_the_reference_on_restart_rolls(spark, case):
     desc, states, fenced, elr_on, order, moves = case
