@@ -107,7 +107,7 @@ def assert_same(out: Path, ref, columns: list[str] = COLUMNS) -> None:
             assert same, f"{w['name']}: {k} spark {g[k]} vs reference {w[k]}"
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=clusters())
 def test_spark_kraft_rules_agree_with_the_reference_on_every_partition_of_every_scenario(spark, case):
     desc, states, fenced, elr_on, drain, moves = case
