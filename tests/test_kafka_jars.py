@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -50,9 +51,24 @@ def test_missing_maven_and_bad_versions_are_named(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(kjars.KafkaJarsError, match="make setup"):
         kjars.ensure_jars("3.6.2")
-    for bad in ("3.9", "latest", "4.0.0", "2.3.1"):
+    for bad in ("3.9", "latest", "2.3.1"):
         with pytest.raises(BadInput):
             kjars.ensure_jars(bad)
+    # Kafka 4 is fetched (the kraft engine runs it) but has no ZooKeeper mode; KRaft needs 3.7 or later
+    with pytest.raises(kjars.KafkaJarsError, match="make setup"):
+        kjars.ensure_jars("4.0.0")
+    with pytest.raises(BadInput, match="no ZooKeeper mode"):
+        kjars.parse_version("4.0.0")
+    with pytest.raises(BadInput, match="too old for the kraft engine"):
+        kjars.parse_version("3.6.2", "kraft")
+    assert kjars.parse_version("4.1.1", "kraft") == (4, 1, 1)
+
+
+def test_kafka_4_fetches_the_log4j2_binding_its_maven_artifacts_lack(monkeypatch):
+    monkeypatch.setattr(kjars, "maven_executable", lambda: "mvn")
+    assert "-Dkplan.log4j2=true" in kjars.maven_command("4.1.1", Path("/x"), offline=False)
+    assert "-Dkplan.log4j2=true" not in kjars.maven_command("3.9.2", Path("/x"), offline=True)
+    assert "<id>log4j2-binding</id>" in kjars.pom_path().read_text()
 
 
 def test_the_pom_ships_inside_the_package_with_the_version_as_a_parameter():

@@ -1,7 +1,7 @@
 """`kplan sandbox`: a real ZooKeeper with a ZooKeeper-mode Kafka cluster, emulated (default) or real Apache Kafka
-broker JVMs (`--engine kafka`), to rehearse drains.
+broker JVMs (`--engine kafka`), or a real KRaft cluster without ZooKeeper (`--engine kraft`), to rehearse drains.
 
-    kplan sandbox up --dir D [--engine emulated|kafka] [--cluster FILE.json | --brokers N --racks R | --preset demo]
+    kplan sandbox up --dir D [--engine emulated|kafka|kraft] [--cluster FILE.json | --brokers N --racks R | --preset demo]
                      [timing options] [--kafka-version 3.9.2 --broker-heap-mb 256 --data-bytes N --data-scale X
                      --sasl --ssl]
     kplan sandbox kill|stop|start --dir D BROKER...
@@ -56,9 +56,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--zk", help="use this ZooKeeper (HOST:PORT/chroot) instead of starting one")
     up.add_argument("--chroot", help="write the cluster under this chroot (e.g. /kafka)")
     up.add_argument("--timeout", type=float, default=600, help="seconds to wait for the cluster to settle")
-    up.add_argument("--engine", choices=["emulated", "kafka"], default="emulated",
-                    help="emulated brokers (default; fast, 100k+ partitions) or real Apache Kafka broker JVMs")
-    up.add_argument("--kafka-version", default=None, help="kafka engine: Apache Kafka version (default 3.9.2)")
+    up.add_argument("--engine", choices=["emulated", "kafka", "kraft"], default="emulated",
+                    help="emulated brokers (default; fast, 100k+ partitions), real Apache Kafka broker JVMs on "
+                    "ZooKeeper (kafka), or real KRaft nodes: one controller plus the brokers, no ZooKeeper (kraft)")
+    up.add_argument("--kafka-version", default=None,
+                    help="kafka / kraft engine: Apache Kafka version (default 3.9.2 / 4.1.1)")
     up.add_argument("--broker-heap-mb", type=int, default=256, help="kafka engine: heap of each broker JVM (256)")
     up.add_argument("--data-bytes", type=int, default=None,
                     help="kafka engine: cap on the bytes produced into the partitions (default 64 MiB)")
@@ -149,23 +151,29 @@ def _up(args: argparse.Namespace) -> int:
     if args.cluster is not None and args.brokers is not None:
         raise BadInput("give either --cluster or --brokers, not both")
     kafka: dict[str, Any] = {}
-    if args.engine == "kafka":
-        from planner.kafka import DEFAULT_VERSION
-
-        kafka = dict(kafka_version=args.kafka_version or DEFAULT_VERSION, broker_heap_mb=args.broker_heap_mb,
+    if args.engine in ("kafka", "kraft"):
+        kafka = dict(kafka_version=args.kafka_version, broker_heap_mb=args.broker_heap_mb,
                      data_bytes=args.data_bytes, data_scale=args.data_scale, sasl=args.sasl, ssl=args.ssl)
     elif args.kafka_version or args.data_bytes is not None or args.data_scale is not None or args.sasl or args.ssl:
-        raise BadInput("--kafka-version, --data-bytes, --data-scale, --sasl and --ssl need --engine kafka")
+        raise BadInput("--kafka-version, --data-bytes, --data-scale, --sasl and --ssl need --engine kafka or kraft")
     sb = Sandbox.up(args.dir, cluster=args.cluster, brokers=args.brokers, racks=args.racks,
                     partitions=args.partitions, rf=args.rf, preset=preset, seed=args.seed, zk=args.zk,
                     chroot=args.chroot, timeout=args.timeout, engine=args.engine, **kafka, **timing)
     st = sb.status(limit=0)
     ctrl = st.get("controller") or {}
-    what = f"Kafka {sb.kafka_version} broker JVMs" if sb.engine == "kafka" else "emulated brokers"
-    print(f"sandbox up in {sb.dir}: ZooKeeper {sb.connect_string}, {len(st['brokers'])} {what}, "
-          f"controller {ctrl.get('broker')} (epoch {ctrl.get('epoch')}), {st.get('partitions')} partitions, "
-          f"{st.get('offline_count')} offline, {st.get('under_replicated_count')} under-replicated")
-    if sb.engine == "kafka":
+    if sb.engine == "kraft":
+        feats = st.get("features", {})
+        print(f"sandbox up in {sb.dir}: KRaft, {len(st['brokers'])} Kafka {sb.kafka_version} brokers and "
+              f"{len(st.get('controllers', {}))} controller (active: node {ctrl.get('broker')}), metadata.version "
+              f"level {feats.get('metadata.version')}, eligible.leader.replicas.version "
+              f"{feats.get('eligible.leader.replicas.version', 0)}, {st.get('partitions')} partitions, "
+              f"{st.get('offline_count')} offline, {st.get('under_replicated_count')} under-replicated")
+    else:
+        what = f"Kafka {sb.kafka_version} broker JVMs" if sb.engine == "kafka" else "emulated brokers"
+        print(f"sandbox up in {sb.dir}: ZooKeeper {sb.connect_string}, {len(st['brokers'])} {what}, "
+              f"controller {ctrl.get('broker')} (epoch {ctrl.get('epoch')}), {st.get('partitions')} partitions, "
+              f"{st.get('offline_count')} offline, {st.get('under_replicated_count')} under-replicated")
+    if sb.engine in ("kafka", "kraft"):
         pids = sb.broker_pids
         print(f"  bootstrap servers {sb.bootstrap_servers}; broker pids "
               + ", ".join(f"{b}:{p}" for b, p in sorted(pids.items())))
@@ -181,7 +189,8 @@ def _up(args: argparse.Namespace) -> int:
                   f"required): ssl.ca.location {c['ssl.ca.location']}, ssl.certificate.location "
                   f"{c['ssl.certificate.location']}, ssl.key.location {c['ssl.key.location']}, the key's password "
                   "in sandbox.json (kafka.ssl.client_key_password)")
-    print(f"  {sb.dir / 'sandbox.json'} (connect string, pids), {sb.dir / 'logdirs.json'} (partition sizes)")
+    print(f"  {sb.dir / 'sandbox.json'} ({'bootstrap servers' if sb.engine == 'kraft' else 'connect string'}, pids), "
+          f"{sb.dir / 'logdirs.json'} (partition sizes)")
     return 0
 
 
@@ -195,6 +204,9 @@ def _down(args: argparse.Namespace) -> int:
         return 0
     sb = Sandbox(args.dir)
     report = sb.down()
+    if sb.engine == "kraft":
+        print(f"sandbox in {sb.dir} is down (KRaft JVMs killed: {len(report.get('brokers_killed', []))})")
+        return 0
     if sb.engine == "kafka":
         print(f"sandbox in {sb.dir} is down (broker JVMs killed: {len(report.get('brokers_killed', []))}, "
               f"ZooKeeper stopped: {report['zookeeper_stopped']})")
@@ -242,11 +254,17 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(st, indent=2))
         return 0
     ctrl = st.get("controller")
-    print(f"sandbox {sb.dir}  ZooKeeper {sb.connect_string}  settled: {'yes' if st.get('settled') else 'no'}")
-    print(f"controller: broker {ctrl['broker']} (epoch {ctrl['epoch']})" if ctrl else "controller: none")
+    if sb.engine == "kraft":
+        print(f"sandbox {sb.dir}  KRaft {sb.bootstrap_servers}  settled: {'yes' if st.get('settled') else 'no'}")
+        print(f"active controller: node {ctrl['broker']}" if ctrl else "active controller: none")
+    else:
+        print(f"sandbox {sb.dir}  ZooKeeper {sb.connect_string}  settled: {'yes' if st.get('settled') else 'no'}")
+        print(f"controller: broker {ctrl['broker']} (epoch {ctrl['epoch']})" if ctrl else "controller: none")
     print("brokers:")
     for b in st["brokers"]:
         state = "shutting down" if b["shutting_down"] else "running" if b["running"] else b.get("state", "down")
+        if b.get("fenced"):
+            state += " (fenced)"
         pid = f"  pid {b['pid']} port {b['port']}" if b.get("pid") else ""
         print(f"  {b['id']:>5}  rack {b['rack'] or '-':<8} {state}{pid}")
     if ctrl:

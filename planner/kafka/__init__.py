@@ -8,3 +8,4 @@ those are compared with.
 from __future__ import annotations
 
 DEFAULT_VERSION = "3.9.2"
+KRAFT_VERSION = "4.1.1"   # the kraft engine's default: KRaft only (Kafka 4 removed ZooKeeper), ELR on by default

@@ -76,13 +76,20 @@ def cache_root() -> Path:
     return Path.home() / ".cache" / "kplan" / "kafka"
 
 
-def parse_version(version: str) -> tuple[int, int, int]:
+def parse_version(version: str, mode: str = "zookeeper") -> tuple[int, int, int]:
+    """The version as a tuple, refused (BadInput) unless it runs in `mode`: "zookeeper" (2.4 - 3.9, with
+    KIP-455 reassignment), "kraft" (3.7+: KIP-853's StorageTool and the KRaft admin APIs the planner reads; the
+    sandbox's kraft engine) or "any" (a version Maven may fetch)."""
     m = VERSION_RE.match(str(version).strip())
     if not m:
         raise BadInput(f"Kafka version {version!r} must look like 3.9.2 (major.minor.patch)")
     v = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    if not (2, 4, 0) <= v < (4, 0, 0):
+    if mode == "zookeeper" and not (2, 4, 0) <= v < (4, 0, 0):
         raise BadInput(f"Kafka {version} has no ZooKeeper mode with KIP-455 reassignment (2.4 - 3.9 do)")
+    if mode == "kraft" and v < (3, 7, 0):
+        raise BadInput(f"Kafka {version} is too old for the kraft engine (3.7 or later; 4.x has no ZooKeeper)")
+    if mode == "any" and not (2, 4, 0) <= v:
+        raise BadInput(f"Kafka {version} is older than 2.4, which the planner does not support")
     return v
 
 
@@ -109,9 +116,11 @@ def _complete(root: Path) -> dict | None:
 
 def cached(version: str = DEFAULT_VERSION) -> KafkaJars | None:
     """The cached jars of this version if the cache is complete (no Maven, no network), else None."""
-    parse_version(version)
+    parse_version(version, "any")
     root = cache_root() / version
     manifest = _complete(root)
+    if manifest and needs_log4j2_binding(version) and not any(j.startswith("log4j-slf4j") for j in manifest["jars"]):
+        return None      # fetched without the logging binding (before pom.xml had it): fetch again
     return KafkaJars(version, root, manifest) if manifest else None
 
 
@@ -134,9 +143,16 @@ def maven_executable() -> str:
     return mvn
 
 
+def needs_log4j2_binding(version: str) -> bool:
+    """Kafka 4.x logs through log4j 2 and its Maven artifacts lack the slf4j binding (pom.xml's profile)."""
+    return parse_version(version, "any") >= (4, 0, 0)
+
+
 def maven_command(version: str, out: Path, offline: bool) -> list[str]:
     cmd = [maven_executable(), "-B", "-q", "-f", str(pom_path()), f"-Dkafka.version={version}",
            "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={out}"]
+    if needs_log4j2_binding(version):
+        cmd.insert(-3, "-Dkplan.log4j2=true")
     if offline:
         cmd.insert(2, "-o")
     return cmd
@@ -164,7 +180,7 @@ def _find_class(lib: Path, candidates: tuple[str, ...]) -> str:
 
 def ensure_jars(version: str = DEFAULT_VERSION, timeout: float = 900) -> KafkaJars:
     """The jars of this Kafka version, fetched with Maven if the cache is not complete."""
-    parse_version(version)
+    parse_version(version, "any")
     hit = cached(version)
     if hit is not None:
         return hit

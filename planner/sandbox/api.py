@@ -45,7 +45,8 @@ from planner.zkserver import ZooKeeperServer, pid_alive, stop_pid
 log = logging.getLogger("planner.sandbox")
 
 LOGDIRS_FILE = "logdirs.json"
-ENGINES = ("emulated", "kafka")
+ENGINES = ("emulated", "kafka", "kraft")
+REAL_ENGINES = ("kafka", "kraft")   # real Apache Kafka JVMs: ZooKeeper mode, KRaft
 _CHILDREN: dict[int, subprocess.Popen] = {}  # processes started by this process, reaped on down()
 
 
@@ -126,6 +127,9 @@ class Sandbox:
     # --------------------------------------------------------------------------------------- basics
     @property
     def connect_string(self) -> str:
+        if self.engine == "kraft":
+            raise SandboxError(f"the sandbox in {self.dir} is a KRaft cluster: it has no ZooKeeper (its bootstrap "
+                               "servers are `bootstrap_servers`)")
         return self.info["connect"]
 
     @property
@@ -133,12 +137,16 @@ class Sandbox:
         return self.info.get("engine", "emulated")
 
     def _kafka(self) -> Any:
-        if self.engine != "kafka":
+        if self.engine not in REAL_ENGINES:
             raise SandboxError(f"the sandbox in {self.dir} runs the {self.engine} engine: it has no Kafka brokers "
-                               "(start one with engine='kafka' / --engine kafka)")
+                               "(start one with engine='kafka' / --engine kafka, or engine='kraft')")
         from planner.sandbox.kafka_engine import KafkaEngine, read_info
 
         self.info = read_info(self.dir)
+        if self.engine == "kraft":
+            from planner.sandbox.kraft_engine import KraftEngine
+
+            return KraftEngine(self.dir, self.info)
         return KafkaEngine(self.dir, self.info)
 
     @property
@@ -255,7 +263,7 @@ class Sandbox:
     def kill(self, ids: Any, timeout: float = 120) -> dict[str, Any]:
         """Hard failure (emulated: the brokers' sessions are closed; kafka: SIGKILL of the JVMs); returns once
         the controller has reacted (on real brokers: after their ZooKeeper sessions expired)."""
-        if self.engine == "kafka":
+        if self.engine in REAL_ENGINES:
             return self._kafka().kill(self._ids(ids), timeout)
         return self._call("kill", {"brokers": self._ids(ids)}, timeout)
 
@@ -264,18 +272,18 @@ class Sandbox:
         (after their retries, if any) and the controller has reacted."""
         t = self.info.get("timing", {})
         timeout = timeout or t.get("shutdown_retries", 3) * (t.get("shutdown_retry_interval", 5) + 30) + 120
-        if self.engine == "kafka":
+        if self.engine in REAL_ENGINES:
             return self._kafka().stop(self._ids(ids), timeout)
         return self._call("stop", {"brokers": self._ids(ids)}, timeout)
 
     def start(self, ids: Any, timeout: float = 120) -> dict[str, Any]:
         """Restart stopped or killed brokers (new sessions, new broker epochs)."""
-        if self.engine == "kafka":
+        if self.engine in REAL_ENGINES:
             return self._kafka().start(self._ids(ids), timeout)
         return self._call("start", {"brokers": self._ids(ids)}, timeout)
 
     def status(self, limit: int = 1000) -> dict[str, Any]:
-        if self.engine == "kafka":
+        if self.engine in REAL_ENGINES:
             return self._kafka().status(limit)
         return self._call("status", {"limit": limit}, 30)
 
@@ -283,7 +291,7 @@ class Sandbox:
               ) -> dict[str, Any]:
         """Emulated engine: make brokers' Kafka endpoints stop answering (`unreachable`, while they stay
         registered in ZooKeeper) or report their log dir in error (`logdir_error`); False undoes it."""
-        if self.engine == "kafka":
+        if self.engine in REAL_ENGINES:
             raise SandboxError("fault() is the emulated engine's; on real brokers stop a JVM or fill its disk")
         args: dict[str, Any] = {"brokers": self._ids(ids)}
         if unreachable is not None:
@@ -294,7 +302,7 @@ class Sandbox:
 
     def wait_settled(self, timeout: float = 60) -> dict[str, Any]:
         """Wait until nothing is left to happen (no pending election, shutdown or catch-up); returns status."""
-        if self.engine == "kafka":
+        if self.engine in REAL_ENGINES:
             return self._kafka().wait_settled(timeout)
         return self._call("wait_settled", {}, timeout)
 
@@ -304,7 +312,7 @@ class Sandbox:
            racks: int | None = None, partitions: int | None = None, rf: int | None = None,
            preset: str | None = None, seed: int = 0, zk: str | None = None, chroot: str | None = None,
            timeout: float = 600, zk_heap_mb: int = 1024, engine: str = "emulated",
-           kafka_version: str = KAFKA_VERSION, broker_heap_mb: int = 256, data_bytes: int | None = None,
+           kafka_version: str | None = None, broker_heap_mb: int = 256, data_bytes: int | None = None,
            data_scale: float | None = None, kafka_settings: dict[str, Any] | None = None, sasl: bool = False,
            ssl: bool = False, **timing: Any) -> Sandbox:
         """Start a sandbox in `directory`. Real brokers (engine="kafka"): `kafka_version` (jars fetched once
@@ -320,10 +328,12 @@ class Sandbox:
         settings = Timing.from_kwargs(**timing)
         if engine not in ENGINES:
             raise BadInput(f"unknown sandbox engine {engine!r} (known: {', '.join(ENGINES)})")
-        if sasl and engine != "kafka":
-            raise BadInput("sasl (a SASL_PLAINTEXT listener) is an option of the kafka engine")
-        if ssl and engine != "kafka":
-            raise BadInput("ssl (an SSL listener) is an option of the kafka engine")
+        if sasl and engine not in REAL_ENGINES:
+            raise BadInput("sasl (a SASL_PLAINTEXT listener) is an option of the kafka and kraft engines")
+        if ssl and engine not in REAL_ENGINES:
+            raise BadInput("ssl (an SSL listener) is an option of the kafka and kraft engines")
+        if engine == "kraft" and (zk is not None or chroot is not None):
+            raise BadInput("the kraft engine runs no ZooKeeper: --zk and --chroot do not apply")
         if (directory / SANDBOX_FILE).exists():
             existing = Sandbox(directory)
             if existing.daemon_alive() or existing._kafka_alive():
@@ -332,10 +342,26 @@ class Sandbox:
             # Its daemon (or every broker) is gone, so it cannot be running: clean up what is left (its
             # ZooKeeper, if this sandbox started one) and start afresh.
             log.warning("the sandbox in %s had stopped (its %s gone); cleaning up what was left before starting",
-                        directory, "brokers are" if existing.engine == "kafka" else "daemon is")
+                        directory, "brokers are" if existing.engine in REAL_ENGINES else "daemon is")
             existing.down()
         desc = _resolve_cluster(cluster, brokers, racks, partitions, rf, preset, seed)
         jars = None
+        if engine == "kraft":
+            from planner.kafka import KRAFT_VERSION
+            from planner.kafka.jars import ensure_jars, parse_version
+            from planner.sandbox.kraft_engine import check_reproducible_kraft
+
+            kafka_version = kafka_version or KRAFT_VERSION
+            parse_version(kafka_version, "kraft")
+            check_reproducible_kraft(desc)
+            if broker_heap_mb < 128:
+                raise BadInput("broker_heap_mb must be at least 128 (a Kafka broker does not start in less)")
+            if data_scale is not None and data_scale < 0:
+                raise BadInput("data_scale must not be negative")
+            jars = ensure_jars(kafka_version)
+            return cls._up_kraft(directory, desc, settings, jars, broker_heap_mb, data_bytes, data_scale,
+                                 kafka_settings, timeout, sasl, ssl)
+        kafka_version = kafka_version or KAFKA_VERSION
         if engine == "kafka":
             from planner.kafka.jars import ensure_jars, parse_version
             from planner.sandbox.kafka_engine import check_can_mount, check_reproducible
@@ -461,8 +487,49 @@ class Sandbox:
         log.info("kafka sandbox up in %.1fs: %s", figures["up_s"], engine.bootstrap)
         return cls(directory)
 
+    @classmethod
+    def _up_kraft(cls, directory: Path, desc: Cluster, settings: Timing, jars: Any, heap_mb: int,
+                  data_bytes: int | None, data_scale: float | None, extra: dict[str, Any] | None, timeout: float,
+                  sasl: bool, ssl: bool) -> Sandbox:
+        """KRaft nodes only (planner.sandbox.kraft_engine): no ZooKeeper, no daemon."""
+        from planner.kafka import kraft, tls
+        from planner.sandbox import kafka_engine as ke
+        from planner.sandbox import kraft_engine as kre
+
+        sizes, scale = ke.scaled_sizes(desc, data_bytes, data_scale)
+        directory.mkdir(parents=True, exist_ok=True)
+        nodes = kre.node_records(directory, desc, 1, sasl, ssl)
+        info: dict[str, Any] = {
+            "dir": str(directory), "engine": "kraft", "token": secrets.token_hex(16),
+            "brokers": [b.id for b in desc.brokers], "timing": settings.to_dict(), "chroot": None,
+            "zookeeper_pid": None, "zookeeper_started": False, "daemon_pid": None,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "kafka": {"version": jars.version, "lib": str(jars.lib), "heap_mb": heap_mb, "mode": "kraft",
+                      "cluster_id": kraft.new_cluster_id(), "extra_settings": dict(extra or {}), **nodes,
+                      "sasl": {"mechanism": "PLAIN", "username": "kplan", "password": secrets.token_hex(12)}
+                      if sasl else None,
+                      "ssl": tls.make(directory / ke.KAFKA_DIR / "tls") if ssl else None,
+                      "data": {"scale": scale, "bytes": sum(sizes.values())}}}
+        ke.write_info(directory, info)
+        try:
+            engine = kre.KraftEngine(directory, info)
+            figures = engine.bring_up(desc, sizes, timeout)
+            engine.reload()
+            engine.info["kafka"]["up"] = figures
+            engine.info["bootstrap_servers"] = engine.bootstrap
+            ke.write_info(directory, engine.info)
+            write_json(directory / LOGDIRS_FILE, engine.log_dirs(), compact=True)
+        except BaseException:
+            try:
+                Sandbox(directory).down()
+            except Exception:
+                pass
+            raise
+        log.info("kraft sandbox up in %.1fs: %s", figures["up_s"], engine.bootstrap)
+        return cls(directory)
+
     def _kafka_alive(self) -> bool:
-        if self.engine != "kafka":
+        if self.engine not in REAL_ENGINES:
             return False
         from planner.kafka.broker import find_brokers
 
@@ -472,7 +539,7 @@ class Sandbox:
         """Stop the brokers (kafka engine: SIGKILL of every broker JVM of this sandbox), the daemon and the
         ZooKeeper this sandbox started (by pid) and forget the sandbox."""
         report: dict[str, Any] = {"daemon_stopped": False, "zookeeper_stopped": False}
-        if self.engine == "kafka":
+        if self.engine in REAL_ENGINES:
             from planner.sandbox.kafka_engine import KafkaEngine, read_info
 
             try:
