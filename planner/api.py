@@ -123,7 +123,8 @@ def read_snapshot(path: Path | str) -> Snapshot:
 
 # ------------------------------------------------------------------------------------------ snapshot
 def snapshot(req: SnapshotRequest, *, progress: ProgressFn | None = None) -> SnapshotOutcome:
-    """Read the cluster at `req.zk` into the folder `req.out` (never writes to ZooKeeper)."""
+    """Read the cluster at `req.zk` (ZooKeeper mode) or `req.bootstrap` (KRaft, through the Admin API) into the
+    folder `req.out` (never writes to the cluster)."""
     import time
 
     from planner import zk as zkmod
@@ -138,12 +139,22 @@ def snapshot(req: SnapshotRequest, *, progress: ProgressFn | None = None) -> Sna
         raise BadInput(f"sizes_from must be brokers or none, not {req.sizes_from!r}")
     if req.workers is not None and req.workers < 1:
         raise BadInput(f"workers must be at least 1, got {req.workers}")
-    zkmod.parse_connect(req.zk)
-    if req.sizes is None and req.sizes_from == "brokers":
-        from planner.extras import require
+    if (req.zk is None) == (req.bootstrap is None):
+        raise BadInput("give either a ZooKeeper connect string (--zk) or Kafka bootstrap servers "
+                       "(--bootstrap-server), not both")
+    if req.zk is not None:
+        zkmod.parse_connect(req.zk)
+        if req.sizes is None and req.sizes_from == "brokers":
+            from planner.extras import require
 
-        require("kafka", "reading sizes from the brokers (DescribeLogDirs)",
-                "take the snapshot with a sizes file, or with none")
+            require("kafka", "reading sizes from the brokers (DescribeLogDirs)",
+                    "take the snapshot with a sizes file, or with none")
+    else:
+        from planner.extras import require
+        from planner.snapshot import check_bootstrap
+
+        check_bootstrap(req.bootstrap)
+        require("kafka", "reading a KRaft cluster through the Admin API")
     inputs = (Path(req.sizes),) if req.sizes is not None else ()
     check_output(Path(req.out), req.force, inputs)
     say = _reporter("snapshot", progress)
@@ -152,7 +163,7 @@ def snapshot(req: SnapshotRequest, *, progress: ProgressFn | None = None) -> Sna
         result = take_snapshot(req.zk, tmp, sizes=req.sizes, lenient=req.lenient, timeout=req.timeout,
                                auth=req.auth, workers=req.workers, read_mode=req.read_mode, progress=say,
                                sizes_from=req.sizes_from, kafka=req.kafka, partial_sizes=req.partial_sizes,
-                               kafka_timeout=req.kafka_timeout)
+                               kafka_timeout=req.kafka_timeout, bootstrap=req.bootstrap)
     m = result.manifest
     return SnapshotOutcome(Path(req.out), m["fingerprint"], frozen(m["counts"]), frozen(m["warnings"]),
                            frozen(m), time.monotonic() - started)
@@ -281,6 +292,17 @@ def _exec_progress(step: str, progress: ProgressFn | None) -> Callable[[Any], No
     return relay
 
 
+def refuse_kraft_write(plan: Any, step: str) -> None:
+    """A plan made from a KRaft snapshot (plan.json's snapshot.backend) cannot be applied, verified, cancelled
+    or rolled yet: BadInput (exit 2) before anything is read from or written to a cluster (docs/KRAFT.md)."""
+    backend = (plan.snapshot or {}).get("backend", "zookeeper")
+    if backend != "zookeeper":
+        raise BadInput(f"plan {plan.id[:19]} was made from a KRaft snapshot: {step} on KRaft needs the Admin API "
+                       "writer (alterPartitionReassignments, incrementalAlterConfigs throttles, electLeaders) and "
+                       "a one-writer fence without ZooKeeper, which this version does not have (docs/KRAFT.md); "
+                       "nothing was written")
+
+
 def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutcome:
     """Apply the reviewed plan through ZooKeeper (docs/APPLY.md): lock, preflight, throttles, one batch at a
     time; resumes a recorded run. Raises SafetyRefusal (refused, nothing written), NotConverged (`wait` ran
@@ -295,6 +317,7 @@ def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutc
     if req.throttle is not None and req.no_throttle:
         raise BadInput("give either a throttle or no_throttle, not both")
     plan = read_plan(req.plan)
+    refuse_kraft_write(plan, "apply")
     refusal = apply_schedule(plan, req.throttle, req.no_throttle).refusal if plan.kind != "restart" else None
     if refusal and not req.dry_run:      # a dry run copies nothing (it lists the writes, with no rate); a restart
         # plan is refused further on: it is run whole by the roll
@@ -308,6 +331,7 @@ def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyO
     `fail=False` returns converged=False with the same text as `message`."""
     from planner.execution import steps
 
+    refuse_kraft_write(read_plan(req.plan), "verify")
     r = steps.verify(req, progress=_exec_progress("verify", progress))
     if r.converged:
         return VerifyOutcome(r.path, r.plan_id, True, (), tuple(r.warnings), r.report, r.message)
@@ -402,6 +426,7 @@ def cancel(req: CancelRequest, *, progress: ProgressFn | None = None) -> CancelO
     and record the state. NotConverged when the batch in flight did not finish within `wait`."""
     from planner.execution import steps
 
+    refuse_kraft_write(read_plan(req.plan), "cancel")
     r = steps.cancel(req, progress=_exec_progress("cancel", progress))
     return CancelOutcome(r.plan_id, r.state, tuple(r.reverted), tuple(r.warnings), r.message)
 
@@ -420,6 +445,7 @@ def roll(req: RollRequest, *, progress: ProgressFn | None = None, restart: Calla
         if progress is not None:
             progress(Progress("roll", p.message, p.done, p.total, p.as_dict()))
 
+    refuse_kraft_write(read_plan(req.plan), "roll")
     r = roll_step(req, progress=relay, restart=restart, mark=(mark, reason) if mark is not None else None)
     return RollOutcome(roll_folder(req.plan, req.out), r.plan_id, r.state, r.steps_done, r.steps_total, r.message,
                        tuple(r.warnings), tuple(r.cannot_move), r.kept_temporary, r.resumed, r.seconds, r.broker,

@@ -79,6 +79,14 @@ class ZkUnavailable(PlannerError):
     retryable = True
 
 
+class KafkaUnavailable(PlannerError):
+    """No Kafka broker of the bootstrap servers answered (or the cluster stopped answering while being read):
+    transient, like ZkUnavailable. Exit code 2 (nothing was written), retryable."""
+
+    exit_code = 2
+    retryable = True
+
+
 class NotAKafkaCluster(BadInput):
     """The connect string / chroot reaches ZooKeeper but holds no Kafka cluster."""
 

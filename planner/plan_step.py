@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from planner import snapshot_io as sio
 from planner.errors import BadInput
 from planner.plan_model import from_document
 from planner.runfolder import check_output, step_output
@@ -139,7 +140,8 @@ def run_plan(kind: str, req: Request, say: Callable[[str], None]) -> PlanOutcome
         f"{'sizes known' if pb.sizes_known else 'counting replicas (sizes unknown)'}")
     res = make_plan(pb, params, say)
     t1 = time.perf_counter()
-    snapshot = {"fingerprint": snap.fingerprint, "taken_at": snap.manifest.get("taken_at")}
+    snapshot = {"fingerprint": snap.fingerprint, "taken_at": snap.manifest.get("taken_at"),
+                **sio.backend_record(snap.manifest)}   # {"backend": "kraft"} for a KRaft snapshot, else nothing
     parameters = {
         "brokers": params.brokers,
         "exclude_topics": req.exclude_topics,

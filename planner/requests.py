@@ -56,7 +56,7 @@ ProgressFn = Callable[[Progress], None]
 # --------------------------------------------------------------------------------------------------- snapshot
 @dataclass(frozen=True)
 class SnapshotRequest:
-    zk: str                                   # HOST:PORT[,HOST:PORT...][/chroot]
+    zk: str | None                            # HOST:PORT[,HOST:PORT...][/chroot]; None with `bootstrap`
     out: Path
     sizes: Path | None = None                 # kafka-log-dirs.sh --describe output
     lenient: bool = False                     # malformed znodes become manifest warnings instead of errors
@@ -73,6 +73,9 @@ class SnapshotRequest:
     kafka: KafkaSecurity | None = field(default=None, repr=False)
     partial_sizes: bool = False
     kafka_timeout: float = 10.0
+    # A KRaft cluster, read through the Admin API only (instead of `zk`): HOST:PORT[,HOST:PORT...]; `kafka`
+    # and `kafka_timeout` are how to reach it
+    bootstrap: str | None = None
 
 
 @dataclass(frozen=True)

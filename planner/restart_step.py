@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from planner import snapshot_io as sio
 from planner.errors import BadInput
 from planner.plan_model import from_document
 from planner.plan_step import _sizes
@@ -53,7 +54,8 @@ def run_restart(req: RestartRequest, say: Callable[[str], None]) -> PlanOutcome:
     t1 = time.perf_counter()
     say(f"{int(res.added.sum())} temporary replicas for {count(len(res.changed), 'partition')}; a full drain of "
         f"the same brokers would move {res.drain['replicas']} replicas ({size(res.drain['bytes'])})")
-    snapshot = {"fingerprint": snap.fingerprint, "taken_at": snap.manifest.get("taken_at")}
+    snapshot = {"fingerprint": snap.fingerprint, "taken_at": snap.manifest.get("taken_at"),
+                **sio.backend_record(snap.manifest)}   # {"backend": "kraft"} for a KRaft snapshot, else nothing
     parameters = {
         "brokers": [int(b) for b in req.brokers],
         "roll_order": params.order,

@@ -33,6 +33,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from planner import codec, kafka_admin, logdirs, maintenance
 from planner import snapshot_io as sio
 from planner import zk as zkmod
+from planner.cluster_reader import ClusterReader
 from planner.errors import BadInput, PlannerError, ZkUnavailable
 from planner.snapshot_assembly import ClusterRead, Consistency, assemble, health, manifest
 from planner.snapshot_reader import Problems, TopicRecord, ZkReader
@@ -147,22 +148,84 @@ class _Rounds:
 SIZES_FROM = ("brokers", "none")
 
 
-def take_snapshot(zk: str, out: Path | str, *, sizes: Path | str | None = None, lenient: bool = False,
+class ZkClusterReader:
+    """ClusterReader (planner.cluster_reader) of a ZooKeeper-mode cluster: ZkReader's sessions and bulk reads,
+    with the consistency rounds above; refuses a cluster migrating to KRaft."""
+
+    backend = "zookeeper"
+
+    def __init__(self, target: zkmod.ZkTarget, auth: tuple[str, str] | None, timeout: float, problems: Problems,
+                 workers: int | None, read_mode: str, max_rounds: int):
+        self.target, self.auth, self.timeout, self.problems = target, auth, timeout, problems
+        self.workers, self.read_mode, self.max_rounds = workers, read_mode, max_rounds
+
+    def source(self) -> dict[str, Any]:
+        return {"zk": self.target.hosts, "chroot": self.target.chroot}
+
+    def read_cluster(self, say: Progress) -> ClusterRead:
+        reader = ZkReader(self.target, self.auth, self.timeout, self.problems, self.workers, self.read_mode, say)
+        rounds = _Rounds(reader, self.problems)
+        try:
+            try:
+                zxid_min = reader.connect()
+            except ZkUnavailable:
+                self._refuse_kafka_address()
+                raise
+            rounds.read_all(say)
+            rounds.check_kraft()
+            say("checking for changes made while reading")
+            rounds.settle(zxid_min, self.max_rounds)
+            rounds.check_kraft()
+        except NoAuthError:
+            raise BadInput("ZooKeeper refused a read (NOAUTH): give digest credentials (auth)") from None
+        except NoNodeError as e:
+            raise ZkUnavailable(f"a znode vanished while reading and could not be re-read ({e!r}); run the "
+                                "snapshot again") from None
+        except (KazooTimeoutError, KazooException) as e:
+            if isinstance(e, PlannerError):
+                raise
+            raise ZkUnavailable(f"ZooKeeper at {self.target.hosts} stopped answering during the snapshot: "
+                                f"{e!r}") from None
+        finally:
+            reader.close()
+        assert rounds.read is not None
+        return rounds.read
+
+    def close(self) -> None:
+        pass
+
+    def _refuse_kafka_address(self) -> None:
+        """ZooKeeper did not answer: if a Kafka broker answers there, say so in one line (planner.probe)."""
+        from planner import probe
+
+        for hostport in self.target.hosts.split(","):
+            addr = probe.split(hostport)
+            if addr and probe.is_kafka(*addr):
+                raise BadInput(f"--zk {hostport} is a Kafka broker, not ZooKeeper: read a KRaft cluster with "
+                               f"--bootstrap-server {hostport}")
+
+
+def take_snapshot(zk: str | None, out: Path | str, *, sizes: Path | str | None = None, lenient: bool = False,
                   timeout: float = 10.0, auth: tuple[str, str] | None = None, workers: int | None = None,
                   read_mode: str = "auto", max_rounds: int = MAX_ROUNDS,
                   progress: Progress | None = None, sizes_from: str = "brokers",
                   kafka: kafka_admin.KafkaSecurity | None = None, partial_sizes: bool = False,
-                  kafka_timeout: float = 10.0) -> sio.Snapshot:
-    """Read the cluster at `zk` (HOST:PORT[/chroot]) into the snapshot folder `out`, with every replica's size
-    and each broker's disk capacity read from the brokers themselves (DescribeLogDirs at the endpoints their
-    registrations give, with `kafka`'s security settings: docs/SNAPSHOT.md "Sizes"), unless `sizes` (a
-    kafka-log-dirs.sh --describe file: the override) or `sizes_from="none"` (count-only, said so).
+                  kafka_timeout: float = 10.0, bootstrap: str | None = None) -> sio.Snapshot:
+    """Read the cluster at `zk` (HOST:PORT[/chroot], ZooKeeper mode) or at `bootstrap` (HOST:PORT[,...], a
+    KRaft cluster read through the Admin API only: planner.admin_reader) into the snapshot folder `out`, with
+    every replica's size and each broker's disk capacity read from the brokers themselves (DescribeLogDirs at
+    the endpoints their registrations give, with `kafka`'s security settings: docs/SNAPSHOT.md "Sizes"),
+    unless `sizes` (a kafka-log-dirs.sh --describe file: the override) or `sizes_from="none"` (count-only,
+    said so). Both backends go through one ClusterReader (planner.cluster_reader) into the same assembly.
 
     Raises BadInput (exit 2) for a chroot without Kafka, denied reads, malformed znodes (unless `lenient`),
     a bad sizes file, a registered broker whose sizes cannot be read or a log dir in error (unless
-    `partial_sizes`: then named in the warnings), rejected Kafka credentials; ZkUnavailable (retryable) for an
-    unreachable ZooKeeper or a lost session; KraftMigration (exit 1) for a cluster migrating to KRaft. On any
-    error no manifest.json is written."""
+    `partial_sizes`: then named in the warnings), rejected Kafka credentials; ZkUnavailable / KafkaUnavailable
+    (retryable) for an unreachable ZooKeeper or Kafka, or a lost session; KraftMigration (exit 1) for a
+    cluster migrating to KRaft. On any error no manifest.json is written."""
+    if (zk is None) == (bootstrap is None):
+        raise BadInput("give either a ZooKeeper connect string (--zk) or Kafka bootstrap servers "
+                       "(--bootstrap-server), not both")
     if sizes_from not in SIZES_FROM:
         raise BadInput(f"sizes_from must be one of {', '.join(SIZES_FROM)}, not {sizes_from!r}")
     if read_mode not in ("auto", "multiread", "plain"):
@@ -170,35 +233,24 @@ def take_snapshot(zk: str, out: Path | str, *, sizes: Path | str | None = None, 
     if workers is not None and workers < 1:
         raise BadInput(f"workers must be at least 1, got {workers}")
     say = progress or (lambda msg: log.info("%s", msg))
-    target = zkmod.parse_connect(zk)
-    size_data = logdirs.read_sizes(sizes) if sizes else None   # a bad file fails before ZooKeeper is touched
-    if size_data is None and sizes_from == "brokers" and kafka is not None and kafka.protocol.endswith("SSL"):
+    reader: ClusterReader
+    problems = Problems(lenient)
+    if zk is not None:
+        reader = ZkClusterReader(zkmod.parse_connect(zk), auth, timeout, problems, workers, read_mode, max_rounds)
+    else:
+        from planner.admin_reader import AdminClusterReader
+
+        reader = AdminClusterReader(check_bootstrap(bootstrap), kafka, kafka_timeout, problems)
+    size_data = logdirs.read_sizes(sizes) if sizes else None   # a bad file fails before the cluster is asked
+    if kafka is not None and kafka.protocol.endswith("SSL") and (bootstrap or (size_data is None and sizes_from == "brokers")):
         kafka.ssl_context()           # so do missing or unreadable TLS files, and a wrong key password
     started_wall = time.time()
     started = time.monotonic()
-    problems = Problems(lenient)
-    reader = ZkReader(target, auth, timeout, problems, workers, read_mode, say)
-    rounds = _Rounds(reader, problems)
     try:
-        zxid_min = reader.connect()
-        rounds.read_all(say)
-        rounds.check_kraft()
-        say("checking for changes made while reading")
-        rounds.settle(zxid_min, max_rounds)
-        rounds.check_kraft()
-    except NoAuthError:
-        raise BadInput("ZooKeeper refused a read (NOAUTH): give digest credentials (auth)") from None
-    except NoNodeError as e:
-        raise ZkUnavailable(f"a znode vanished while reading and could not be re-read ({e!r}); run the "
-                            "snapshot again") from None
-    except (KazooTimeoutError, KazooException) as e:
-        if isinstance(e, PlannerError):
-            raise
-        raise ZkUnavailable(f"ZooKeeper at {target.hosts} stopped answering during the snapshot: {e!r}") from None
+        read = reader.read_cluster(say)
     finally:
         reader.close()
     say("building tables")
-    read = rounds.read
     tables = assemble(read, lenient)
     partitions = tables.partitions
     size_unmatched = 0
@@ -228,13 +280,30 @@ def take_snapshot(zk: str, out: Path | str, *, sizes: Path | str | None = None, 
     if size_unmatched:
         warnings.append({"path": str(sizes), "problem": f"{size_unmatched} replica sizes name partitions that are "
                                                         "not in the snapshot"})
-    m = manifest(read, target.hosts, target.chroot, tables, state, warnings, started_wall,
-                 time.monotonic() - started, sizes is not None)
+    m = manifest(read, reader.source(), tables, state, warnings, started_wall, time.monotonic() - started,
+                 sizes is not None)
     if from_brokers is not None:
         m["sizes"] = "brokers"
         m["log_dirs"] = from_brokers
     path = sio.write_snapshot(out, m, tables.brokers, tables.topics, partitions)
     return sio.Snapshot(path, m, tables.brokers, tables.topics, partitions)
+
+
+def check_bootstrap(bootstrap: str | None) -> str:
+    """HOST:PORT[,HOST:PORT...]: each entry a host and a port; a ZooKeeper chroot (`/kafka`) is refused
+    here, before anything is asked (the other address mix-ups are told by what answers: admin_reader)."""
+    text = (bootstrap or "").strip()
+    servers = [x.strip() for x in text.split(",") if x.strip()]
+    if not servers:
+        raise BadInput("--bootstrap-server needs HOST:PORT[,HOST:PORT...]")
+    for sv in servers:
+        host, sep, port = sv.rpartition(":")
+        if "/" in sv:
+            raise BadInput(f"--bootstrap-server {sv!r} has a path: a ZooKeeper connect string with a chroot? Kafka "
+                           "bootstrap servers are HOST:PORT (use --zk for ZooKeeper)")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise BadInput(f"--bootstrap-server {sv!r} is not HOST:PORT")
+    return ",".join(servers)
 
 
 def _sizes_from_brokers(read: ClusterRead, tables, security: kafka_admin.KafkaSecurity, partial: bool,
@@ -243,6 +312,8 @@ def _sizes_from_brokers(read: ClusterRead, tables, security: kafka_admin.KafkaSe
     and disk figures, the manifest's `log_dirs` section, and warnings naming every gap."""
     endpoints: dict[int, str | None] = {}
     for b in read.brokers:
+        if b.fenced:         # KRaft: registered but fenced (down): not asked, like an unregistered broker
+            continue
         reg = b.registration
         endpoints[b.id] = kafka_admin.pick_endpoint(list(reg.endpoints), reg.listener_security_protocol_map,
                                                     security) if reg is not None else None
@@ -279,7 +350,7 @@ def _sizes_from_brokers(read: ClusterRead, tables, security: kafka_admin.KafkaSe
     partitions, figures = logdirs.replica_sizes_from_brokers(tables.partitions, report)
     brokers = logdirs.disk_from_brokers(tables.brokers, report)
     warnings = [{"path": "DescribeLogDirs", "problem": g} for g in gaps]
-    registered = {b.id for b in read.brokers}
+    registered = {b.id for b in read.brokers if not b.fenced}
     dead = [int(b) for b in brokers.column("broker").to_pylist() if b not in registered]
     if dead:
         warnings.append({"path": "DescribeLogDirs", "problem": f"brokers {dead[:20]} are not registered: their "

@@ -107,9 +107,12 @@ def assemble(read: ClusterRead, lenient: bool) -> Assembled:
     if pieces:
         parts = pa.concat_tables(pieces).combine_chunks()
     else:
-        empty = {f.name: pa.array([], f.type) for f in sio.PARTITIONS_SCHEMA
-                 if f.name not in ("topic", "target_replicas", "size_bytes", "replica_sizes")}
+        empty = {f.name: pa.array([], f.type) for f in sio.SCHEMAS["partitions"]
+                 if f.name not in ("topic", "target_replicas", "size_bytes", "replica_sizes", "elr", "last_known_elr")}
         parts = pa.table({**empty, "_g": pa.array([], pa.int32())})
+    for col in ("elr", "last_known_elr"):     # read by the KRaft backend only; null (unknown) from ZooKeeper
+        if col not in parts.column_names:
+            parts = parts.append_column(col, pa.nulls(parts.num_rows, sio.INT_LIST))
     g = parts.column("_g").to_numpy()
     p = parts.column("partition").to_numpy()
     order = np.lexsort((p, g))
@@ -143,7 +146,7 @@ def assemble(read: ClusterRead, lenient: bool) -> Assembled:
                   .append_column("target_replicas", target)
                   .append_column("size_bytes", pa.nulls(n_rows, pa.int64()))
                   .append_column("replica_sizes", pa.nulls(n_rows, pa.list_(pa.int64()))))
-    partitions = partitions.select(sio.PARTITIONS_SCHEMA.names).cast(sio.PARTITIONS_SCHEMA)
+    partitions = partitions.select(sio.SCHEMAS["partitions"].names).cast(sio.SCHEMAS["partitions"])
 
     # Topics table.
     counts = np.bincount(g, minlength=len(kept)).astype(np.int32)
@@ -179,7 +182,7 @@ def assemble(read: ClusterRead, lenient: bool) -> Assembled:
     ids = np.unique(np.concatenate([x.astype(np.int64) for x in named] + [np.array(list(registered), np.int64)]))
     ids = ids[ids >= 0]
     ctrl_id = read.controller.broker
-    rows_b: dict[str, list] = {k: [] for k in sio.BROKERS_SCHEMA.names}
+    rows_b: dict[str, list] = {k: [] for k in sio.SCHEMAS["brokers"].names}
     for b in ids.tolist():
         rec = registered.get(b)
         reg = rec.registration if rec else None
@@ -188,7 +191,9 @@ def assemble(read: ClusterRead, lenient: bool) -> Assembled:
         rates = [found.decode("settings", kc.long_config, config, k, where)
                  for k in (kc.LEADER_THROTTLE_RATE, kc.FOLLOWER_THROTTLE_RATE)]
         rows_b["broker"].append(b)
-        rows_b["alive"].append(rec is not None)
+        rows_b["alive"].append(rec is not None and not rec.fenced)
+        rows_b["fenced"].append(rec.fenced if rec else None)
+        rows_b["in_controlled_shutdown"].append(rec.in_controlled_shutdown if rec else None)
         rows_b["rack"].append(reg.rack if reg else None)
         rows_b["host"].append(reg.host if reg else None)
         rows_b["port"].append(reg.port if reg else -1)
@@ -203,7 +208,7 @@ def assemble(read: ClusterRead, lenient: bool) -> Assembled:
             rows_b[col].append(None)        # filled from DescribeLogDirs (planner.logdirs.merge_log_dirs)
         m = read.maintenance.get(b)
         rows_b["maintenance"].append(m.state if m else None)
-    brokers = pa.table(rows_b, schema=sio.BROKERS_SCHEMA)
+    brokers = pa.table(rows_b, schema=sio.SCHEMAS["brokers"])
     return Assembled(brokers, topics, partitions, tuple(found.all() + extra))
 
 
@@ -259,18 +264,21 @@ def health(read: ClusterRead, tables: Assembled) -> Health:
     if ctrl < 0:
         warnings.append({"path": codec.CONTROLLER, "problem": "no controller is registered: no leader is elected "
                                                               "and no reassignment progresses until one is"})
+    elif read.controller.kraft:
+        pass          # a KRaft controller is a quorum node, not one of the brokers
     elif ctrl not in set(alive_ids.tolist()):
         warnings.append({"path": codec.CONTROLLER, "problem": f"the controller, broker {ctrl}, is not registered "
                                                               "in /brokers/ids"})
+    gone = "not registered or fenced" if read.controller.kraft else "not registered"
     gone_leader = known & (leader >= 0) & ~leader_alive
     if gone_leader.any():
         warnings.append({"path": codec.TOPICS, "problem": f"{_count(int(gone_leader.sum()), 'partition')} led by "
-                         "brokers that are not registered: offline now"})
+                         f"brokers that are {gone}: offline now"})
     if on_dead.any():
         dead = sorted(set(reps.values.to_numpy(zero_copy_only=False)[dead_member].tolist()))
         shown = ", ".join(map(str, dead[:10])) + (" ..." if len(dead) > 10 else "")
         warnings.append({"path": codec.TOPICS, "problem": f"{_count(int(on_dead.sum()), 'partition')} "
-                         f"{'has' if on_dead.sum() == 1 else 'have'} replicas on brokers that are not registered "
+                         f"{'has' if on_dead.sum() == 1 else 'have'} replicas on brokers that are {gone} "
                          f"({shown})"})
     if unknown.any():
         warnings.append({"path": codec.TOPICS, "problem": f"{_count(int(unknown.sum()), 'partition')} with an "
@@ -283,7 +291,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def manifest(read: ClusterRead, target_hosts: str, chroot: str | None, tables: Assembled, state: Health,
+def manifest(read: ClusterRead, source: Mapping[str, Any], tables: Assembled, state: Health,
              warnings: list[dict[str, str]], started_wall: float, duration: float,
              with_sizes: bool) -> dict[str, Any]:
     """manifest.json (docs/SNAPSHOT.md) from the assembled tables and the consistency figures."""
@@ -295,10 +303,10 @@ def manifest(read: ClusterRead, target_hosts: str, chroot: str | None, tables: A
                                     partitions.column("replicas"))
     c = read.consistency
     return {
-        "source": {"zk": target_hosts, "chroot": chroot},
+        "source": dict(source),          # the ClusterReader's: never credentials
         "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_wall)),
         "duration_s": round(duration, 3),
-        "zxid": {"min": c.zxid_min, "max": c.zxid_max},
+        "zxid": {"min": c.zxid_min, "max": c.zxid_max} if not read.controller.kraft else None,
         "controller": read.controller.as_manifest(),
         "counts": {
             "brokers": brokers.num_rows,

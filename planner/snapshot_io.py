@@ -46,6 +46,12 @@ PARTITIONS_SCHEMA = pa.schema(
         ("replica_sizes", pa.list_(pa.int64())),
     ]
 )
+# KRaft columns (issue 24), written and read by every snapshot folder (SCHEMAS) and null where unknown. They are
+# not in PARTITIONS_SCHEMA / BROKERS_SCHEMA, the columns every in-memory table has (tests and the demo build
+# tables from those): `Snapshot.partition_columns` and `read_table` give them as null for such tables.
+# - elr, last_known_elr: eligible leader replicas and the last-known ELR (KIP-966, DescribeTopicPartitions);
+#   null when unknown (ZooKeeper mode, or a KRaft cluster whose eligible.leader.replicas.version is 0)
+PARTITIONS_KRAFT_FIELDS = [pa.field("elr", INT_LIST), pa.field("last_known_elr", INT_LIST)]
 
 TOPICS_SCHEMA = pa.schema(
     [
@@ -88,11 +94,30 @@ BROKERS_SCHEMA = pa.schema(
         ("maintenance", pa.string()),
     ]
 )
+# - fenced: registered but fenced (DescribeCluster v2; then `alive` is false), null in ZooKeeper mode;
+#   in_controlled_shutdown: null while no reader can see it (Kafka's Admin API does not expose it)
+BROKERS_KRAFT_FIELDS = [pa.field("fenced", pa.bool_()), pa.field("in_controlled_shutdown", pa.bool_())]
 
-SCHEMAS = {"partitions": PARTITIONS_SCHEMA, "topics": TOPICS_SCHEMA, "brokers": BROKERS_SCHEMA}
+SCHEMAS = {"partitions": pa.schema(list(PARTITIONS_SCHEMA) + PARTITIONS_KRAFT_FIELDS), "topics": TOPICS_SCHEMA,
+           "brokers": pa.schema(list(BROKERS_SCHEMA) + BROKERS_KRAFT_FIELDS)}
 # Columns added after kplan-snapshot/1 was first written: a folder without them reads as all-null.
-OPTIONAL = {"partitions": {"state_error", "replica_sizes"},
-            "brokers": {"capacity_bytes", "disk_used_bytes", "log_dirs", "log_dir_errors", "maintenance"}}
+OPTIONAL = {"partitions": {"state_error", "replica_sizes", "elr", "last_known_elr"},
+            "brokers": {"capacity_bytes", "disk_used_bytes", "log_dirs", "log_dir_errors", "maintenance", "fenced",
+                        "in_controlled_shutdown"}}
+BACKENDS = ("zookeeper", "kraft")
+
+
+def backend(manifest: dict[str, Any]) -> str:
+    """The cluster backend a snapshot was read from: the manifest's source.backend, "zookeeper" when absent
+    (every snapshot written before KRaft support, and every ZooKeeper one)."""
+    return str((manifest.get("source") or {}).get("backend") or "zookeeper")
+
+
+def backend_record(manifest: dict[str, Any]) -> dict[str, str]:
+    """What a plan records of its snapshot's backend: {"backend": "kraft"} for a KRaft snapshot, nothing for a
+    ZooKeeper one (so every ZooKeeper plan keeps the content, and the id, it always had)."""
+    b = backend(manifest)
+    return {} if b == "zookeeper" else {"backend": b}
 
 # Rows per row group of partitions.parquet: Spark splits a Parquet file only at row-group boundaries, so a
 # million-partition table written as one group would be read by a single task.
@@ -136,7 +161,7 @@ class Snapshot:
             t = self._partitions
             for col in OPTIONAL["partitions"] & set(columns):
                 if col not in t.column_names:    # an in-memory table built without the newer columns
-                    t = t.append_column(col, pa.nulls(t.num_rows, PARTITIONS_SCHEMA.field(col).type))
+                    t = t.append_column(col, pa.nulls(t.num_rows, SCHEMAS["partitions"].field(col).type))
             return t.select(columns)
         return _read_table(self.path, "partitions", columns)
 

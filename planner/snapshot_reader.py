@@ -78,6 +78,7 @@ class ControllerRecord:
     epoch: int = -1
     kraft_controller_epoch: int = -1
     migration: bool = False            # a /migration znode exists
+    kraft: bool = False                # `broker` is a KRaft quorum's active controller node (not a broker)
 
     def as_manifest(self) -> dict[str, int]:
         return {"broker": self.broker, "epoch": self.epoch, "kraft_controller_epoch": self.kraft_controller_epoch}
@@ -88,6 +89,10 @@ class BrokerRecord:
     id: int
     registration: codec.BrokerRegistration | None   # None: registered, but its znode is malformed
     czxid: int                                      # the broker epoch
+    # KRaft only (None: not known, as in ZooKeeper mode): a fenced broker is registered but takes no
+    # leadership and is in no ISR (ReplicationControlManager), so it does not count as alive
+    fenced: bool | None = None
+    in_controlled_shutdown: bool | None = None
 
 
 @dataclass(frozen=True)

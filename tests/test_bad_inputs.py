@@ -131,6 +131,18 @@ def _sizes(c: Ctx, obj: dict) -> Path:
     return f
 
 
+def _kraft_plan(c: Ctx) -> Path:
+    """A drain plan made by `kplan plan` from a snapshot whose manifest says it was read from a KRaft cluster."""
+    s = risk.snapshot_from_cluster(parse_cluster({**SEED, "brokers": [*SEED["brokers"], {"id": 4, "rack": "r1"}]}))
+    manifest = {**s.manifest, "maintenance": [], "source": {"backend": "kraft", "bootstrap_servers": "127.0.0.1:9",
+                                                             "metadata_version": "4.1-IV1", "features": {}}}
+    snap = sio.write_snapshot(c.tmp / "ksnap", manifest, s.brokers, s.topics, s.partitions)
+    assert cli.main(["plan", "drain", "--snapshot", str(snap), "--brokers", "3", "--out", str(c.tmp / "kplan"),
+                     "--quiet"]) == 0
+    assert json.loads((c.tmp / "kplan" / "plan.json").read_text())["snapshot"]["backend"] == "kraft"
+    return c.tmp / "kplan"
+
+
 def _kafka_config(c: Ctx, obj: dict) -> Path:
     f = c.tmp / "kafka.json"
     f.write_text(json.dumps(obj))
@@ -477,6 +489,29 @@ CASES = [
          2, "not a PEM CA certificate file"),
     Case("sandbox-ssl-without-kafka-engine", lambda c: ["sandbox", "up", "--dir", str(c.out), "--ssl"],
          2, "--sasl and --ssl need --engine kafka"),
+    # issue 24: KRaft clusters through --bootstrap-server. Nobody listening (the SASL password never shows)
+    Case("snapshot-bootstrap-nobody-listening", lambda c: [
+        "snapshot", "--bootstrap-server", f"127.0.0.1:{_free_port()}", "--out", str(c.out), "--kafka-timeout", "2",
+        "--kafka-security-protocol", "SASL_PLAINTEXT", "--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username",
+        "kplan"], 2, "no Kafka broker answered at 127.0.0.1:", env={"KPLAN_KAFKA_PASSWORD": "Unreachable-s3cret-24"}),
+    # a ZooKeeper given as Kafka: told by what answers there (its four-letter word), not by a timeout alone
+    Case("snapshot-zookeeper-given-as-bootstrap", lambda c: ["snapshot", "--bootstrap-server", c.zk.split("/")[0],
+                                                             "--out", str(c.out), "--kafka-timeout", "2"],
+         2, "is a ZooKeeper server, not a Kafka broker: read a ZooKeeper-mode cluster with --zk", zk=True),
+    Case("snapshot-bootstrap-with-a-chroot", lambda c: ["snapshot", "--bootstrap-server", c.zk, "--out", str(c.out)],
+         2, "has a path: a ZooKeeper connect string with a chroot?", zk=True),
+    Case("snapshot-zk-and-bootstrap", lambda c: ["snapshot", "--zk", "127.0.0.1:1", "--bootstrap-server",
+                                                 "127.0.0.1:2", "--out", str(c.out)],
+         2, "(a KRaft cluster), not both"),
+    # a plan made from a KRaft snapshot: the write side is not there yet, refused before any cluster is asked
+    Case("apply-a-kraft-plan", lambda c: ["apply", "--zk", "127.0.0.1:1", "--plan", str(_kraft_plan(c)),
+                                          "--no-throttle"], 2, "was made from a KRaft snapshot: apply on KRaft"),
+    Case("verify-a-kraft-plan", lambda c: ["verify", "--zk", "127.0.0.1:1", "--plan", str(_kraft_plan(c))],
+         2, "was made from a KRaft snapshot: verify on KRaft"),
+    Case("cancel-a-kraft-plan", lambda c: ["cancel", "--zk", "127.0.0.1:1", "--plan", str(_kraft_plan(c))],
+         2, "was made from a KRaft snapshot: cancel on KRaft"),
+    Case("roll-a-kraft-plan", lambda c: ["roll", "--zk", "127.0.0.1:1", "--plan", str(_kraft_plan(c)),
+                                         "--no-throttle"], 2, "was made from a KRaft snapshot: roll on KRaft"),
     Case("apply-copy-with-no-rate", lambda c: ["apply", "--zk", "127.0.0.1:1", "--plan",
                                                str(c.plan(c.snapshot(), [ReassignEntry("payments", 0, (2,))]))],
          2, "1 data batches of plan sha256:"),

@@ -1,5 +1,7 @@
 """`kplan snapshot --zk HOST:PORT[/chroot] --out DIR`: read a ZooKeeper-mode Kafka cluster into a snapshot
-folder (docs/SNAPSHOT.md) and print a readable summary. Progress goes to stderr, the summary to stdout."""
+folder (docs/SNAPSHOT.md) and print a readable summary. Progress goes to stderr, the summary to stdout.
+`kplan snapshot --bootstrap-server HOST:PORT[,...] --out DIR` reads a KRaft cluster through the Admin API
+into the same format (docs/KRAFT.md)."""
 
 from __future__ import annotations
 
@@ -13,13 +15,19 @@ from planner.text import count
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "snapshot",
-        help="read the cluster's state from ZooKeeper into a snapshot folder (never writes to ZooKeeper)",
+        help="read the cluster's state (ZooKeeper, or a KRaft cluster's Admin API) into a snapshot folder "
+        "(never writes to the cluster)",
         description="Read brokers, controller, topics, partition states, configs and pending admin "
-        "operations of a ZooKeeper-mode Kafka cluster into DIR (manifest.json + Parquet). "
-        "Nothing is ever written to ZooKeeper.",
+        "operations of a ZooKeeper-mode Kafka cluster (--zk) or of a KRaft cluster through Kafka's Admin API "
+        "(--bootstrap-server) into DIR (manifest.json + Parquet). Nothing is ever written to the cluster.",
     )
-    p.add_argument("--zk", required=True, metavar="HOST:PORT[/chroot]",
-                   help="ZooKeeper connect string, with Kafka's chroot if it has one (e.g. zk1:2181/kafka)")
+    src = p   # --zk or --bootstrap-server, one of them (checked in _run: one clear line, exit 2)
+    src.add_argument("--zk", metavar="HOST:PORT[/chroot]",
+                     help="ZooKeeper connect string, with Kafka's chroot if it has one (e.g. zk1:2181/kafka)")
+    src.add_argument("--bootstrap-server", dest="bootstrap", metavar="HOST:PORT[,HOST:PORT...]",
+                     help="a KRaft cluster's brokers: read through the Admin API only (DescribeCluster, "
+                     "DescribeTopicPartitions, DescribeConfigs, ListPartitionReassignments, DescribeLogDirs); "
+                     "security from --kafka-config / --kafka-*")
     p.add_argument("--out", required=True, metavar="DIR", help="snapshot folder to write")
     p.add_argument("--sizes", metavar="FILE",
                    help="override: partition sizes from `kafka-log-dirs.sh --describe` output instead of asking "
@@ -30,8 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partial-sizes", action="store_true",
                    help="accept brokers that do not answer DescribeLogDirs and log dirs in error (named in the "
                    "manifest's warnings) instead of failing")
-    k = p.add_argument_group("Kafka (sizes and capacity come from the brokers' DescribeLogDirs, at the endpoints "
-                             "their ZooKeeper registrations give)")
+    k = p.add_argument_group("Kafka (with --zk: sizes and capacity come from the brokers' DescribeLogDirs, at the "
+                             "endpoints their ZooKeeper registrations give; with --bootstrap-server: every read)")
     k.add_argument("--kafka-config", metavar="FILE",
                    help="JSON object of librdkafka-style client keys, as an Airflow Kafka connection's extra: "
                    "security.protocol, sasl.mechanism, sasl.username, sasl.password, ssl.ca.location, ...")
@@ -72,7 +80,12 @@ def _run(args: argparse.Namespace) -> int:
     from planner import api
     from planner import zk as zkmod
 
-    auth = zkmod.auth_from_env(args.zk_auth_env)
+    if (args.zk is None) == (args.bootstrap is None):
+        from planner.errors import BadInput
+
+        raise BadInput("give either --zk HOST:PORT[/chroot] (a ZooKeeper-mode cluster) or --bootstrap-server "
+                       "HOST:PORT[,...] (a KRaft cluster), " + ("not both" if args.zk else "one of them"))
+    auth = zkmod.auth_from_env(args.zk_auth_env) if args.zk else None
     if args.no_sizes and args.sizes:
         from planner.errors import BadInput
 
@@ -81,7 +94,8 @@ def _run(args: argparse.Namespace) -> int:
                               lenient=args.lenient, timeout=args.timeout, auth=auth, workers=args.workers,
                               read_mode=args.read_mode, force=args.force,
                               sizes_from="none" if args.no_sizes else "brokers", kafka=kafka_from_args(args),
-                              partial_sizes=args.partial_sizes, kafka_timeout=args.kafka_timeout)
+                              partial_sizes=args.partial_sizes, kafka_timeout=args.kafka_timeout,
+                              bootstrap=args.bootstrap)
     outcome = api.snapshot(req, progress=_progress)
     from planner.snapshot_io import read_table
 
@@ -126,7 +140,16 @@ def summary(outcome, brokers) -> str:
     m = outcome.manifest
     c = m["counts"]
     b = brokers.to_pydict()
-    lines = [f"snapshot of {m['source']['zk']}{m['source']['chroot'] or ''} -> {outcome.path}"]
+    src = m["source"]
+    if src.get("backend") == "kraft":
+        feats = src.get("features") or {}
+        lines = [f"snapshot of KRaft cluster {src['bootstrap_servers']} -> {outcome.path}",
+                 f"  metadata        metadata.version {src.get('metadata_version')}, eligible.leader.replicas.version "
+                 f"{feats.get('eligible.leader.replicas.version', 0)}"
+                 + (" (ELR on: elr / last_known_elr columns read)" if feats.get("eligible.leader.replicas.version")
+                    else " (ELR off)")]
+    else:
+        lines = [f"snapshot of {src['zk']}{src['chroot'] or ''} -> {outcome.path}"]
 
     def by_rack(alive: bool) -> str:
         racks: dict[str, list[int]] = {}
@@ -142,7 +165,13 @@ def summary(outcome, brokers) -> str:
     if dead:
         lines.append(f"  brokers dead    {dead} ({by_rack(False)}): named in assignments, not registered")
     ctrl = m["controller"]
-    lines.append(f"  controller      broker {ctrl['broker']}, epoch {ctrl['epoch']}")
+    if src.get("backend") == "kraft":
+        lines.append(f"  controller      node {ctrl['broker']} (active KRaft controller), leader epoch {ctrl['epoch']}")
+        fenced = [bid for bid, f in zip(b["broker"], b.get("fenced") or [], strict=False) if f]
+        if fenced:
+            lines.append(f"  fenced          {','.join(map(str, fenced))} (registered, not alive)")
+    else:
+        lines.append(f"  controller      broker {ctrl['broker']}, epoch {ctrl['epoch']}")
     maint = m.get("maintenance") or []
     lines.append("  maintenance     " + ("; ".join(
         f"broker {e['broker']} {e['state']} since {e.get('since') or '?'}" + (f" ({e['reason']})" if e.get("reason")
@@ -167,8 +196,9 @@ def summary(outcome, brokers) -> str:
     if m["preferred_election_pending"]:
         lines.append(f"  preferred election pending for {count(len(m['preferred_election_pending']), 'partition')}")
     cons = m["consistency"]
-    lines.append(f"  consistency     zxid {m['zxid']['min']:#x}..{m['zxid']['max']:#x}, {cons['rereads']} re-reads "
-                 f"in {cons['rounds']} rounds" + ("" if cons["consistent"] else " (NOT consistent: see warnings)"))
+    where = f"zxid {m['zxid']['min']:#x}..{m['zxid']['max']:#x}" if m.get("zxid") else "Admin API re-read"
+    lines.append(f"  consistency     {where}, {cons['rereads']} re-reads in {cons['rounds']} rounds"
+                 + ("" if cons["consistent"] else " (NOT consistent: see warnings)"))
     lines.append(f"  warnings        {len(m['warnings'])}")
     for w in m["warnings"][:10]:
         lines.append(f"    {w['path']}: {w['problem']}")

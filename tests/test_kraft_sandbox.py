@@ -1,0 +1,250 @@
+"""The `kraft` sandbox engine and the KRaft snapshot: real Apache Kafka 4.1.1 KRaft nodes (one controller, four
+brokers), no ZooKeeper.
+
+One cluster for the whole module, its tests in order (up, snapshot, the seed incident's kill, start, stop,
+down); the engine's effects are checked through Kafka's own Admin API (DescribeCluster,
+DescribeTopicPartitions, DescribeConfigs, ApiVersions), never through the engine's status, and the snapshot's
+tables against states worked out by hand from Kafka 4.1.1's controller (ReplicationControlManager,
+PartitionChangeBuilder) and shared/docs/KRAFT_4X.md, never taken from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from planner import cli
+from planner import kraft_admin as ka
+from planner import snapshot_io as sio
+from planner.errors import BadInput
+from planner.kafka.broker import find_brokers
+from planner.sandbox import Sandbox
+from planner.sandbox.api import SandboxError
+from planner.zkserver import pid_alive
+from tests.kafka_support import racks
+
+pytestmark = pytest.mark.kafka
+
+SEED = {"brokers": racks(4), "topics": [
+    {"name": "seed-rf1", "partitions": [{"replicas": [1]}]},
+    {"name": "seed-wide", "config": {"min.insync.replicas": "2"},
+     "partitions": [{"replicas": [1, 2, 3], "size_bytes": 200_000}, {"replicas": [2, 3, 1]}]},
+]}
+SESSION = 3   # broker.session.timeout.ms = 3 s: a killed broker is fenced 2-3 s after its last heartbeat
+
+
+@pytest.fixture(scope="module")
+def kraft(tmp_path_factory):
+    sb = Sandbox.up(tmp_path_factory.mktemp("kraft") / "sb", cluster=SEED, engine="kraft", timeout=120,
+                    session_timeout=SESSION, auto_rebalance=False)
+    try:
+        yield sb
+    finally:
+        if (sb.dir / "sandbox.json").exists():
+            sb.down()
+        for pid in find_brokers(sb.dir / "kafka"):   # never leave a JVM behind, even on failure
+            os.kill(pid, signal.SIGKILL)
+
+
+class Fresh:
+    """Each call through a new Admin client bootstrapped from the brokers running now (a client kept across a
+    kill or stop may first pick the gone broker's connection)."""
+
+    def __init__(self, sb: Sandbox):
+        self.sb = sb
+
+    def __getattr__(self, name):
+        fn = getattr(ka, name)
+
+        def call(*args, **kwargs):
+            a = ka.connect(self.sb.bootstrap_servers)
+            try:
+                return fn(a, *args, **kwargs)
+            finally:
+                a.close()
+        return call
+
+
+@pytest.fixture
+def admin(kraft):
+    return Fresh(kraft)
+
+
+def parts(admin, *topics):
+    return {k: (v["leader"], v["isr"], v["elr"], v["last_known_elr"], v["leader_epoch"])
+            for k, v in admin.describe_topic_partitions(topics).items()}
+
+
+def test_up_runs_one_controller_and_four_brokers_with_racks_and_records_the_bootstrap_servers(kraft, admin):
+    info = json.loads((kraft.dir / "sandbox.json").read_text())
+    assert info["engine"] == "kraft" and info["bootstrap_servers"] == kraft.bootstrap_servers
+    assert info["zookeeper_pid"] is None and not (kraft.dir / "zookeeper").exists()
+    ctrl = info["kafka"]["controllers"]["1000"]
+    cfg = (kraft.dir / "kafka" / "controller-1000" / "server.properties").read_text()
+    assert "process.roles=controller\n" in cfg and pid_alive(ctrl["pid"])
+    assert sorted(find_brokers(kraft.dir / "kafka")) == sorted([ctrl["pid"], *kraft.broker_pids.values()])
+    for b in (1, 2, 3, 4):
+        bcfg = (kraft.dir / "kafka" / f"broker-{b}" / "server.properties").read_text()
+        assert "process.roles=broker\n" in bcfg and f"node.id={b}\n" in bcfg and "-Xmx256m" in \
+            open(f"/proc/{kraft.broker_pids[b]}/cmdline").read()
+        assert f"controller.quorum.voters=1000@127.0.0.1:{ctrl['port']}\n" in bcfg
+    # DescribeCluster: the four brokers, unfenced, racks r1 r2 r3 r1; the controller is not a broker
+    assert admin.brokers() == {b: {"host": "127.0.0.1", "port": int(kraft.kafka_endpoints()[b].split(":")[1]),
+                                   "rack": f"r{(b - 1) % 3 + 1}", "fenced": False} for b in (1, 2, 3, 4)}
+    assert admin.active_controller() == 1000
+    # a fresh 4.1.1 format finalizes metadata.version 4.1-IV1 (level 27) and ELR version 1 (KRAFT_4X.md)
+    feats = admin.finalized_features()
+    assert feats["metadata.version"] == 27 and feats["eligible.leader.replicas.version"] == 1
+    # CreateTopics with the exact assignment: leader = first replica, ISR = every replica, ELR empty
+    assert parts(admin, "seed-rf1", "seed-wide") == {
+        ("seed-rf1", 0): (1, [1], [], [], 0),
+        ("seed-wide", 0): (1, [1, 2, 3], [], [], 0),
+        ("seed-wide", 1): (2, [2, 3, 1], [], [], 0)}
+    cfg = admin.configs("topic", ["seed-wide", "seed-rf1"], ["min.insync.replicas"])
+    assert cfg["seed-wide"]["min.insync.replicas"]["value"] == "2"
+    assert cfg["seed-rf1"]["min.insync.replicas"]["value"] == "1"
+
+
+def rows(snap, table: str) -> dict:
+    t = getattr(snap, table).to_pylist()
+    key = ("topic", "partition") if table == "partitions" else ("broker",)
+    return {tuple(r[k] for k in key) if len(key) > 1 else r[key[0]]: r for r in t}
+
+
+def test_snapshot_through_the_admin_api_writes_the_snapshot_format(kraft, tmp_path, capsys):
+    out = tmp_path / "snap"
+    assert cli.main(["snapshot", "--bootstrap-server", kraft.bootstrap_servers, "--out", str(out)]) == 0
+    assert "snapshot of KRaft cluster" in capsys.readouterr().out
+    snap = sio.read_snapshot(out, lazy=False)             # checksums, fingerprint, schema: a normal snapshot
+    m = snap.manifest
+    assert m["source"] == {"backend": "kraft", "bootstrap_servers": kraft.bootstrap_servers,
+                           "metadata_version": "4.1-IV1", "security_protocol": "PLAINTEXT",
+                           "features": {"eligible.leader.replicas.version": 1, "group.version": 1,
+                                        "metadata.version": 27, "transaction.version": 2}}
+    assert sio.backend(m) == "kraft" and m["zxid"] is None
+    assert m["controller"]["broker"] == 1000 and m["counts"]["offline"] == 0 and m["counts"]["alive_brokers"] == 4
+    p = rows(snap, "partitions")
+    assert {k: (r["replicas"], r["leader"], r["isr"], r["elr"], r["last_known_elr"], r["adding_replicas"],
+                r["removing_replicas"], r["target_replicas"]) for k, r in p.items()} == {
+        ("seed-rf1", 0): ([1], 1, [1], [], [], [], [], None),
+        ("seed-wide", 0): ([1, 2, 3], 1, [1, 2, 3], [], [], [], [], None),
+        ("seed-wide", 1): ([2, 3, 1], 2, [2, 3, 1], [], [], [], [], None)}
+    # sizes through DescribeLogDirs at the brokers' own endpoints: 200,000 payload bytes on each replica
+    assert all(200_000 < s < 220_000 for s in p[("seed-wide", 0)]["replica_sizes"])
+    t = {r["topic"]: r for r in snap.topics.to_pylist()}
+    assert (t["seed-wide"]["min_insync_replicas"], t["seed-rf1"]["min_insync_replicas"]) == (2, 1)
+    assert json.loads(t["seed-wide"]["config"]) == {"min.insync.replicas": "2"}     # the override only
+    b = rows(snap, "brokers")
+    assert {i: (r["alive"], r["fenced"], r["rack"], r["in_controlled_shutdown"], r["is_controller"])
+            for i, r in b.items()} == {i: (True, False, f"r{(i - 1) % 3 + 1}", None, False) for i in (1, 2, 3, 4)}
+    assert all(r["capacity_bytes"] and r["capacity_bytes"] > 0 for r in b.values())
+    # the seam: plan reads it as any snapshot; the write side refuses a KRaft plan before touching anything
+    assert cli.main(["plan", "drain", "--snapshot", str(out), "--brokers", "1", "--out", str(tmp_path / "plan"),
+                     "--quiet"]) == 0
+    plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert plan["snapshot"]["backend"] == "kraft" and plan["moves"]
+    capsys.readouterr()
+    assert cli.main(["apply", "--zk", "127.0.0.1:1", "--plan", str(tmp_path / "plan"), "--no-throttle",
+                     "--out", str(tmp_path / "run")]) == 2
+    assert "was made from a KRaft snapshot: apply on KRaft" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_kafka_address_given_as_zookeeper_is_named(kraft, tmp_path, capsys):
+    first = kraft.bootstrap_servers.split(",")[0]
+    assert cli.main(["snapshot", "--zk", first, "--out", str(tmp_path / "s"), "--timeout", "2", "--no-sizes"]) == 2
+    err = capsys.readouterr().err
+    assert f"--zk {first} is a Kafka broker, not ZooKeeper" in err and "Traceback" not in err
+    assert not (tmp_path / "s").exists()
+
+
+def cli_snapshot(sb, out):
+    assert cli.main(["snapshot", "--bootstrap-server", sb.bootstrap_servers, "--out", str(out)]) == 0
+    return out
+
+
+def test_seed_incident_kill_of_broker_1_what_kraft_does_to_the_rf1_partition(kraft, admin, tmp_path):
+    result = kraft.kill([1])
+    # fenced only once broker.session.timeout.ms passed without a heartbeat (sent every second here)
+    assert SESSION - 1.2 <= result["controller_reacted_s"] <= SESSION + 10
+    assert admin.brokers()[1]["fenced"] is True
+    got = parts(admin, "seed-rf1", "seed-wide")
+    # ReplicationControlManager.handleBrokerFenced -> PartitionChangeBuilder with ELR on: broker 1 leaves the
+    # ISR; the ISR (now empty) is below min ISR 1, so the removed member goes to the ELR (and last-known
+    # ELR); no other replica, so the partition is leaderless: leader -1, epoch bumped
+    assert got[("seed-rf1", 0)] == (-1, [], [1], [1], 1)
+    # the RF=3 partition broker 1 led: new leader 2 (first live ISR member), ISR without 1; ISR 2 >= min ISR 2,
+    # so no ELR
+    assert got[("seed-wide", 0)] == (2, [2, 3], [], [], 1)
+    # the one broker 1 followed: leader unchanged (epoch too), broker 1 out of the ISR
+    assert got[("seed-wide", 1)][:4] == (2, [2, 3], [], [])
+    st = kraft.status()
+    assert {(o["topic"], o["partition"]) for o in st["offline"]} == {("seed-rf1", 0)}
+    assert [b["fenced"] for b in st["brokers"]] == [True, False, False, False]
+    # the snapshot of that moment: broker 1 registered but fenced (not alive), the ELR in the table
+    snap = sio.read_snapshot(cli_snapshot(kraft, tmp_path / "after"), lazy=False)
+    b, p = rows(snap, "brokers"), rows(snap, "partitions")
+    assert (b[1]["alive"], b[1]["fenced"], b[1]["rack"]) == (False, True, "r1")
+    assert (p[("seed-rf1", 0)]["leader"], p[("seed-rf1", 0)]["isr"], p[("seed-rf1", 0)]["elr"],
+            p[("seed-rf1", 0)]["last_known_elr"]) == (-1, [], [1], [1])
+    assert snap.manifest["counts"]["offline"] == 1 and snap.manifest["counts"]["alive_brokers"] == 3
+    # broker 1 was not asked for sizes (fenced): its replica of seed-wide-0 is unread (-1), the partition's
+    # size comes from the other replicas
+    sizes = p[("seed-wide", 0)]["replica_sizes"]
+    assert sizes[0] == -1 and all(200_000 < s < 220_000 for s in sizes[1:])
+    assert 200_000 < p[("seed-wide", 0)]["size_bytes"] < 220_000
+
+
+def test_start_brings_the_rf1_partition_back_from_its_elr(kraft, admin):
+    kraft.start([1])
+    kraft.wait_settled(60)
+    got = parts(admin, "seed-rf1", "seed-wide")
+    # broker 1 unfenced: the ELR member is elected (a clean election, ELR) and the ISR is it again
+    assert got[("seed-rf1", 0)][:4] == (1, [1], [], [])
+    assert got[("seed-wide", 0)][0] == 2 and sorted(got[("seed-wide", 0)][1]) == [1, 2, 3]
+    assert got[("seed-wide", 0)][2:4] == ([], [])
+
+
+def test_cli_status_stop_and_start_on_kraft(kraft, admin, capsys):
+    d = str(kraft.dir)
+    capsys.readouterr()
+    assert cli.main(["sandbox", "status", "--dir", d]) == 0
+    out = capsys.readouterr().out
+    assert "KRaft" in out and "settled: yes" in out and "active controller: node 1000" in out
+    assert cli.main(["sandbox", "kill", "--dir", d, "9"]) == 2
+    assert cli.main(["sandbox", "start", "--dir", d, "3"]) == 2     # already running
+    assert cli.main(["sandbox", "stop", "--dir", d, "3"]) == 0
+    assert "broker 3 stopped after moving its leaders" in capsys.readouterr().out
+    # controlled shutdown: broker 3 led nothing it could not hand over; it leaves every ISR (not fenced-out
+    # data: it is still registered, fenced, and in no ISR)
+    assert admin.brokers()[3]["fenced"] is True
+    assert all(3 not in isr for _, isr, *_ in parts(admin, "seed-wide").values())
+    assert cli.main(["sandbox", "start", "--dir", d, "3"]) == 0
+    assert cli.main(["sandbox", "wait", "--dir", d, "--timeout", "60"]) == 0
+    assert "settled: 0 offline" in capsys.readouterr().out
+
+
+def test_down_leaves_no_jvm(kraft):
+    pids = [*kraft.broker_pids.values(), kraft.info["kafka"]["controllers"]["1000"]["pid"]]
+    assert all(pid_alive(p) for p in pids)
+    assert cli.main(["sandbox", "down", "--dir", str(kraft.dir)]) == 0
+    assert find_brokers(kraft.dir / "kafka") == {} and not any(pid_alive(p) for p in pids)
+    assert not (kraft.dir / "sandbox.json").exists()
+
+
+def test_kraft_bad_input_is_refused_before_anything_starts(tmp_path):
+    with pytest.raises(BadInput, match="too old for the kraft engine"):
+        Sandbox.up(tmp_path / "a", brokers=3, engine="kraft", kafka_version="3.6.2")
+    with pytest.raises(BadInput, match="no ZooKeeper"):
+        Sandbox.up(tmp_path / "b", brokers=3, engine="kraft", zk="127.0.0.1:2181")
+    dead = {"brokers": [{"id": 1}, {"id": 2, "alive": False}], "topics": []}
+    with pytest.raises(BadInput, match="kill or stop them after up"):
+        Sandbox.up(tmp_path / "c", cluster=dead, engine="kraft")
+    assert not any((tmp_path / x).exists() for x in "abc")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "sandbox.json").write_text(json.dumps({"engine": "kraft"}))
+    with pytest.raises(SandboxError, match="no ZooKeeper"):
+        Sandbox(tmp_path / "d").connect_string  # noqa: B018
