@@ -96,7 +96,7 @@ __all__ = ["ApplySchedule", "Plan", "ProgressFn",
     "ClearRequest", "brokers", "clear_maintenance", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
     "VerifyOutcome", "VerifyRequest", "apply", "apply_schedule", "cancel", "kafka_security", "plan_drain", "plan_rebalance", "plan_restart", "plan_return",
     "read_plan",
-    "read_snapshot", "reread", "risk", "snapshot", "step_complete", "verify", "verify_probe", "verify_report_text", "human_size", "human_duration",
+    "read_snapshot", "refuse_kraft_write", "reread", "risk", "snapshot", "step_complete", "verify", "verify_probe", "verify_report_text", "human_size", "human_duration",
 ]
 
 log = logging.getLogger(__name__)

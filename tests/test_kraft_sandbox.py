@@ -167,6 +167,16 @@ def cli_snapshot(sb, out):
 
 
 def test_seed_incident_kill_of_broker_1_what_kraft_does_to_the_rf1_partition(kraft, admin, tmp_path):
+    # predicted first, from a snapshot of the cluster as it is (kplan risk on a KRaft snapshot replays the
+    # KRaft controller's rules in-process: planner.replay_kraft), then reproduced by the kill below
+    import pyarrow.parquet as pq
+
+    from planner import api
+
+    api.risk(api.RiskRequest(snapshot=cli_snapshot(kraft, tmp_path / "before"), out=tmp_path / "risk",
+                             drains=((1,),), modes=("failure",)), progress=lambda m: None)
+    predicted = {(r["topic"], r["partition"]): (r["new_leader"], r["new_isr"], r["new_elr"], r["new_last_known_elr"])
+                 for r in pq.read_table(tmp_path / "risk" / "partitions.parquet").to_pylist() if r["scenario_id"] == 0}
     result = kraft.kill([1])
     # fenced only once broker.session.timeout.ms passed without a heartbeat (sent every second here)
     assert SESSION - 1.2 <= result["controller_reacted_s"] <= SESSION + 10
@@ -181,6 +191,7 @@ def test_seed_incident_kill_of_broker_1_what_kraft_does_to_the_rf1_partition(kra
     assert got[("seed-wide", 0)] == (2, [2, 3], [], [], 1)
     # the one broker 1 followed: leader unchanged (epoch too), broker 1 out of the ISR
     assert got[("seed-wide", 1)][:4] == (2, [2, 3], [], [])
+    assert {k: v[:4] for k, v in got.items()} == {k: predicted[k] for k in got}, "kplan risk predicted otherwise"
     st = kraft.status()
     assert {(o["topic"], o["partition"]) for o in st["offline"]} == {("seed-rf1", 0)}
     assert [b["fenced"] for b in st["brokers"]] == [True, False, False, False]

@@ -64,6 +64,7 @@ def _run(args: argparse.Namespace) -> int:
         from planner.text import schedule_line
 
         plan = api.read_plan(req.plan)
+        api.refuse_kraft_write(plan, "apply")      # before saying what it is about to do
         sched = api.apply_schedule(plan, req.throttle, req.no_throttle)
         if sched.refusal is None:       # what it is about to do, before the progress line starts
             print(f"apply: {schedule_line(sched)}", flush=True)
