@@ -41,6 +41,11 @@ def connect(bootstrap: str, client_config: dict[str, Any] | None = None, timeout
         return KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=ms, bootstrap_timeout_ms=ms,
                                 reconnect_backoff_max_ms=1000, **(client_config or {}))
     except KafkaError as e:
+        if "Authentication" in type(e).__name__ or "Sasl" in type(e).__name__:
+            # Kafka's own reason ("Authentication failed: Invalid username or password"), never the config
+            raise BadInput(f"Kafka at {','.join(servers)} refused the client's credentials "
+                           f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else 'no reason given'}); "
+                           "check the Kafka credentials (connection or --kafka-* options)") from None
         raise KafkaUnavailable(f"no Kafka broker answered at {','.join(servers)} within {timeout:g}s "
                                f"({type(e).__name__})") from None
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -33,13 +34,14 @@ SEED = {"brokers": racks(4), "topics": [
     {"name": "seed-wide", "config": {"min.insync.replicas": "2"},
      "partitions": [{"replicas": [1, 2, 3], "size_bytes": 200_000}, {"replicas": [2, 3, 1]}]},
 ]}
+REPO = Path(__file__).resolve().parent.parent
 SESSION = 3   # broker.session.timeout.ms = 3 s: a killed broker is fenced 2-3 s after its last heartbeat
 
 
 @pytest.fixture(scope="module")
 def kraft(tmp_path_factory):
     sb = Sandbox.up(tmp_path_factory.mktemp("kraft") / "sb", cluster=SEED, engine="kraft", timeout=120,
-                    session_timeout=SESSION, auto_rebalance=False)
+                    session_timeout=SESSION, auto_rebalance=False, sasl=True)
     try:
         yield sb
     finally:
@@ -159,6 +161,37 @@ def test_a_kafka_address_given_as_zookeeper_is_named(kraft, tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"--zk {first} is a Kafka broker, not ZooKeeper" in err and "Traceback" not in err
     assert not (tmp_path / "s").exists()
+
+
+def test_a_snapshot_over_sasl_never_shows_the_password_even_verbose(kraft, tmp_path):
+    """--kafka-config with SASL PLAIN, the password from the environment; kplan -v logs at DEBUG (kafka-python's
+    own SASL exchange included): the password reaches no output. A wrong password is one line naming the
+    refusal, exit 2, nothing written."""
+    import subprocess
+    import sys
+
+    sasl = kraft.kafka_sasl
+    servers = ",".join(sorted(kraft.kafka_endpoints("SASL_PLAINTEXT").values()))
+    cfg = tmp_path / "kafka.json"
+    cfg.write_text(json.dumps({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                               "sasl.username": sasl["username"]}))
+
+    def run(password: str, out: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "KPLAN_KAFKA_PASSWORD": password, "PYTHONPATH": str(REPO)}
+        return subprocess.run([sys.executable, "-m", "planner.cli", "-v", "snapshot", "--bootstrap-server", servers,
+                               "--kafka-config", str(cfg), "--kafka-timeout", "5", "--out", str(tmp_path / out)],
+                              capture_output=True, text=True, env=env, timeout=120)
+
+    ok = run(sasl["password"], "ok")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert sasl["password"] not in ok.stdout + ok.stderr
+    m = json.loads((tmp_path / "ok" / "manifest.json").read_text())
+    assert m["source"]["security_protocol"] == "SASL_PLAINTEXT" and m["log_dirs"]["brokers_answered"] == 4
+    assert sasl["password"] not in (tmp_path / "ok" / "manifest.json").read_text()
+    bad = run("Wrong-s3cret-24", "bad")
+    assert bad.returncode == 2 and "Wrong-s3cret-24" not in bad.stdout + bad.stderr
+    assert "refused the client's credentials" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "bad").exists()
 
 
 def cli_snapshot(sb, out):
