@@ -222,6 +222,22 @@ class KraftEngine(KafkaEngine):
     def _launch(self, recs: list[Any]) -> None:
         self._launch_nodes(recs)
 
+    def _wait_exit(self, recs: list[Any], timeout: float) -> None:
+        """Until each signalled JVM is gone entirely. Not only until its command line stops naming its
+        server.properties, as the kafka engine waits: once a JVM's main thread has returned (Kafka.main after
+        awaitShutdown) /proc/<pid>/cmdline reads empty while the shutdown hook still runs and still holds
+        the log dir's lock, and a broker started again then would fail to take it. The pids were checked to
+        be these brokers when they were signalled, a moment ago."""
+        from planner.zkserver import pid_alive
+
+        deadline = time.monotonic() + timeout
+        for r in recs:
+            while r.pid and pid_alive(int(r.pid)):
+                if time.monotonic() > deadline:
+                    raise KafkaSandboxError(f"broker {r.id} (pid {r.pid}) did not exit within {timeout:.0f}s")
+                time.sleep(POLL)
+            _reap(r.pid)
+
     def _check_alive(self, ids: Iterable[int]) -> None:
         super()._check_alive(ids)
         for c, r in self.controller_records().items():
