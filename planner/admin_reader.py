@@ -108,6 +108,7 @@ class AdminClusterReader:
             self.admin = ka.connect(self.bootstrap, self.security.client_config(), self.timeout)
         except KafkaUnavailable:
             self._refuse_zookeeper_address()
+            self._refuse_credentials()
             raise
         self._check_kraft()
         say(f"reading cluster metadata through the Admin API (metadata.version "
@@ -159,6 +160,22 @@ class AdminClusterReader:
             if addr and probe.is_zookeeper(*addr):
                 raise BadInput(f"--bootstrap-server {server} is a ZooKeeper server, not a Kafka broker: read a "
                                f"ZooKeeper-mode cluster with --zk {server}[/chroot]")
+
+    def _refuse_credentials(self) -> None:
+        """kafka-python's bootstrap reports refused SASL credentials or a failed TLS handshake only as a timeout:
+        ask the first server once more through planner.kafka_admin's own connection, which tells those apart
+        (docs/SNAPSHOT.md "Sizes"), and name the refusal in one line (never the secret)."""
+        if self.security.protocol == "PLAINTEXT":
+            return
+        from planner import kafka_admin
+
+        first = self.bootstrap.split(",")[0]
+        r = kafka_admin.describe_log_dirs({-1: first}, self.security, self.timeout)[-1]
+        if r.status == "auth-failed":
+            raise BadInput(f"Kafka at {first} refused {self.security.describe()}: {r.error}; check the Kafka "
+                           "credentials (connection or --kafka-* options)")
+        if r.status == "tls-failed":
+            raise BadInput(f"TLS with Kafka at {first} failed over {self.security.describe()}: {r.error}")
 
     def _check_kraft(self) -> None:
         """Finalized features of the cluster; a ZooKeeper-mode cluster (no metadata.version finalized) or one
