@@ -51,7 +51,7 @@ from planner.sandbox.kafka_engine import (
     update_brokers,
     write_info,
 )
-from planner.zkserver import free_port
+from planner.zkserver import free_port, pid_alive
 
 log = logging.getLogger("planner.sandbox.kraft")
 
@@ -228,8 +228,6 @@ class KraftEngine(KafkaEngine):
         awaitShutdown) /proc/<pid>/cmdline reads empty while the shutdown hook still runs and still holds
         the log dir's lock, and a broker started again then would fail to take it. The pids were checked to
         be these brokers when they were signalled, a moment ago."""
-        from planner.zkserver import pid_alive
-
         deadline = time.monotonic() + timeout
         for r in recs:
             while r.pid and pid_alive(int(r.pid)):
@@ -239,12 +237,19 @@ class KraftEngine(KafkaEngine):
             _reap(r.pid)
 
     def _check_alive(self, ids: Iterable[int]) -> None:
-        super()._check_alive(ids)
-        for c, r in self.controller_records().items():
-            if r.state == RUNNING and not r.process_alive:
-                status = _exit_status(_reap(r.pid))
-                raise KafkaSandboxError(f"controller {c}'s JVM (pid {r.pid}) is gone, {status}; its last log "
-                                        f"lines:\n{_tail(r.dir / 'server.log')}\n{_tail(r.dir / 'stdout.log', 10)}")
+        """Every watched broker and every controller still runs. A JVM launched a moment ago can read an empty
+        /proc/<pid>/cmdline while its exec completes (seen 3 ms after Popen returned): alive and nameless
+        counts as running, not as gone."""
+        recs = self.records()
+        nodes = [("broker", recs[b]) for b in ids] + [("controller", r) for r in self.controller_records().values()]
+        for kind, r in nodes:
+            if r.state != RUNNING or not r.pid:
+                continue
+            if r.process_alive or (pid_alive(int(r.pid)) and not kbroker.cmdline(int(r.pid))):
+                continue
+            status = _exit_status(_reap(r.pid))
+            raise KafkaSandboxError(f"{kind} {r.id}'s JVM (pid {r.pid}) is gone, {status}; its last log lines:\n"
+                                    f"{_tail(r.dir / 'server.log')}\n{_tail(r.dir / 'stdout.log', 10)}")
 
     def _kwait(self, what: str, timeout: float, check: Callable[[KView], list[str]], stable: int = 2,
                watch: Iterable[int] = ()) -> tuple[KView, float]:
