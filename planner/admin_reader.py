@@ -158,8 +158,8 @@ class AdminClusterReader:
         for server in self.bootstrap.split(","):
             addr = probe.split(server)
             if addr and probe.is_zookeeper(*addr):
-                raise BadInput(f"--bootstrap-server {server} is a ZooKeeper server, not a Kafka broker: read a "
-                               f"ZooKeeper-mode cluster with --zk {server}[/chroot]")
+                raise BadInput(f"bootstrap server {server} is a ZooKeeper server, not a Kafka broker: read a "
+                               "ZooKeeper-mode cluster through its ZooKeeper connect string")
 
     def _refuse_credentials(self) -> None:
         """kafka-python's bootstrap reports refused SASL credentials or a failed TLS handshake only as a timeout:
@@ -173,7 +173,7 @@ class AdminClusterReader:
         r = kafka_admin.describe_log_dirs({-1: first}, self.security, self.timeout)[-1]
         if r.status == "auth-failed":
             raise BadInput(f"Kafka at {first} refused {self.security.describe()}: {r.error}; check the Kafka "
-                           "credentials (connection or --kafka-* options)")
+                           "credentials (kafka security settings)")
         if r.status == "tls-failed":
             raise BadInput(f"TLS with Kafka at {first} failed over {self.security.describe()}: {r.error}")
 
@@ -186,7 +186,7 @@ class AdminClusterReader:
         level = self.features.get("metadata.version")
         if level is None:
             raise BadInput(f"the Kafka cluster at {self.bootstrap} finalizes no metadata.version: it runs in "
-                           "ZooKeeper mode (snapshot it with --zk HOST:PORT[/chroot])")
+                           "ZooKeeper mode: read it through its ZooKeeper connect string")
         if level < DTP_MIN_LEVEL:
             raise BadInput(f"the KRaft cluster at {self.bootstrap} runs metadata.version "
                            f"{metadata_version_name(level)}, too old for DescribeTopicPartitions (3.7-IV0, Kafka 3.7, "

@@ -140,8 +140,7 @@ def snapshot(req: SnapshotRequest, *, progress: ProgressFn | None = None) -> Sna
     if req.workers is not None and req.workers < 1:
         raise BadInput(f"workers must be at least 1, got {req.workers}")
     if (req.zk is None) == (req.bootstrap is None):
-        raise BadInput("give either a ZooKeeper connect string (--zk) or Kafka bootstrap servers "
-                       "(--bootstrap-server), not both")
+        raise BadInput("give either a ZooKeeper connect string or Kafka bootstrap servers, not both")
     if req.zk is not None:
         zkmod.parse_connect(req.zk)
         if req.sizes is None and req.sizes_from == "brokers":

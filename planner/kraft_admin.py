@@ -45,7 +45,7 @@ def connect(bootstrap: str, client_config: dict[str, Any] | None = None, timeout
             # Kafka's own reason ("Authentication failed: Invalid username or password"), never the config
             raise BadInput(f"Kafka at {','.join(servers)} refused the client's credentials "
                            f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else 'no reason given'}); "
-                           "check the Kafka credentials (connection or --kafka-* options)") from None
+                           "check the Kafka credentials (kafka security settings)") from None
         raise KafkaUnavailable(f"no Kafka broker answered at {','.join(servers)} within {timeout:g}s "
                                f"({type(e).__name__})") from None
 

@@ -201,8 +201,8 @@ class ZkClusterReader:
         for hostport in self.target.hosts.split(","):
             addr = probe.split(hostport)
             if addr and probe.is_kafka(*addr):
-                raise BadInput(f"--zk {hostport} is a Kafka broker, not ZooKeeper: read a KRaft cluster with "
-                               f"--bootstrap-server {hostport}")
+                raise BadInput(f"ZooKeeper connect string {hostport} names a Kafka broker, not ZooKeeper: read a KRaft "
+                               "cluster through its bootstrap servers")
 
 
 def take_snapshot(zk: str | None, out: Path | str, *, sizes: Path | str | None = None, lenient: bool = False,
@@ -224,8 +224,7 @@ def take_snapshot(zk: str | None, out: Path | str, *, sizes: Path | str | None =
     (retryable) for an unreachable ZooKeeper or Kafka, or a lost session; KraftMigration (exit 1) for a
     cluster migrating to KRaft. On any error no manifest.json is written."""
     if (zk is None) == (bootstrap is None):
-        raise BadInput("give either a ZooKeeper connect string (--zk) or Kafka bootstrap servers "
-                       "(--bootstrap-server), not both")
+        raise BadInput("give either a ZooKeeper connect string or Kafka bootstrap servers, not both")
     if sizes_from not in SIZES_FROM:
         raise BadInput(f"sizes_from must be one of {', '.join(SIZES_FROM)}, not {sizes_from!r}")
     if read_mode not in ("auto", "multiread", "plain"):
@@ -295,14 +294,14 @@ def check_bootstrap(bootstrap: str | None) -> str:
     text = (bootstrap or "").strip()
     servers = [x.strip() for x in text.split(",") if x.strip()]
     if not servers:
-        raise BadInput("--bootstrap-server needs HOST:PORT[,HOST:PORT...]")
+        raise BadInput("Kafka bootstrap servers are HOST:PORT[,HOST:PORT...]; none was given")
     for sv in servers:
         host, sep, port = sv.rpartition(":")
         if "/" in sv:
-            raise BadInput(f"--bootstrap-server {sv!r} has a path: a ZooKeeper connect string with a chroot? Kafka "
-                           "bootstrap servers are HOST:PORT (use --zk for ZooKeeper)")
+            raise BadInput(f"bootstrap server {sv!r} has a path: a ZooKeeper connect string with a chroot? Kafka "
+                           "bootstrap servers are HOST:PORT")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise BadInput(f"--bootstrap-server {sv!r} is not HOST:PORT")
+            raise BadInput(f"bootstrap server {sv!r} is not HOST:PORT")
     return ",".join(servers)
 
 

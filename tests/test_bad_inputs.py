@@ -497,7 +497,7 @@ CASES = [
     # a ZooKeeper given as Kafka: told by what answers there (its four-letter word), not by a timeout alone
     Case("snapshot-zookeeper-given-as-bootstrap", lambda c: ["snapshot", "--bootstrap-server", c.zk.split("/")[0],
                                                              "--out", str(c.out), "--kafka-timeout", "2"],
-         2, "is a ZooKeeper server, not a Kafka broker: read a ZooKeeper-mode cluster with --zk", zk=True),
+         2, "is a ZooKeeper server, not a Kafka broker: read a ZooKeeper-mode cluster through its ZooKeeper", zk=True),
     Case("snapshot-bootstrap-with-a-chroot", lambda c: ["snapshot", "--bootstrap-server", c.zk, "--out", str(c.out)],
          2, "has a path: a ZooKeeper connect string with a chroot?", zk=True),
     Case("snapshot-zk-and-bootstrap", lambda c: ["snapshot", "--zk", "127.0.0.1:1", "--bootstrap-server",

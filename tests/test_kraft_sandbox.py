@@ -159,7 +159,7 @@ def test_a_kafka_address_given_as_zookeeper_is_named(kraft, tmp_path, capsys):
     first = kraft.bootstrap_servers.split(",")[0]
     assert cli.main(["snapshot", "--zk", first, "--out", str(tmp_path / "s"), "--timeout", "2", "--no-sizes"]) == 2
     err = capsys.readouterr().err
-    assert f"--zk {first} is a Kafka broker, not ZooKeeper" in err and "Traceback" not in err
+    assert f"ZooKeeper connect string {first} names a Kafka broker, not ZooKeeper" in err and "Traceback" not in err
     assert not (tmp_path / "s").exists()
 
 
