@@ -7,7 +7,7 @@ DescribeConfigs, re-read until two reads agree, DescribeLogDirs, assembly, Parqu
 DescribeTopicPartitions sweep of every partition. Medians; per-partition cost and the linear extrapolation
 to 200k are printed with the load average (the machine is shared). Writes bench/out/kraft_snapshot.json.
 
-    /work/team/heavy --bench python bench/bench_kraft_snapshot.py [--sizes 1000,4000,12000] [--runs 3]
+    /work/team/heavy --bench python bench/bench_kraft_snapshot.py [--sizes 1000,3000,9000] [--runs 3]
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def grow(sb: Sandbox, have: int, want: int) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", default="1000,4000,12000")
+    ap.add_argument("--sizes", default="1000,3000,9000")
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
