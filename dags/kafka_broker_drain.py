@@ -16,7 +16,7 @@ from __future__ import annotations
 from airflow.sdk import DAG, Param
 from kplan_airflow import chains
 from kplan_airflow.chains import READ_ONLY, dag_args, param
-from kplan_airflow.form import broker_picker, no_throttle_param, sizes_params
+from kplan_airflow.form import broker_picker, no_throttle_param, sizes_params, throttle_param
 from kplan_airflow.operators import DrainPlanOperator, FollowUpDrainOperator, RiskOperator
 
 with DAG(
@@ -41,8 +41,7 @@ with DAG(
         "max_disk_usage": Param(0.85, type="number", exclusiveMinimum=0, maximum=1, title="Max disk usage",
                                 description="No broker may hold more than this fraction of its log dirs' capacity "
                                 "after the plan or at any batch boundary"),
-        "throttle": Param(None, type=["null", "integer"], minimum=102_400, title="Throttle (bytes/s)",
-                          description="Replication throttle while data moves; empty = the plan's suggested rate, if any"),
+        **throttle_param("Replication throttle while data moves; empty = the plan's suggested rate, if any"),
         **no_throttle_param(),
         "max_concurrent_per_broker": Param(5, type="integer", minimum=1, maximum=1000,
                                            title="Max concurrent moves per broker"),

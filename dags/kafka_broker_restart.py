@@ -18,7 +18,7 @@ from __future__ import annotations
 from airflow.sdk import DAG, Param
 from kplan_airflow import chains
 from kplan_airflow.chains import READ_ONLY, dag_args, param
-from kplan_airflow.form import broker_picker, no_throttle_param, sizes_params
+from kplan_airflow.form import broker_picker, no_throttle_param, sizes_params, throttle_param
 from kplan_airflow.operators import RiskOperator
 from kplan_airflow.roll_ops import (
     RestartPlanOperator,
@@ -49,8 +49,7 @@ with DAG(
         "pause_between_brokers": Param(False, type="boolean", title="Pause for a person between brokers"),
         "keep_temporary": Param(False, type="boolean", title="Keep the temporary replicas",
                                 description="After the last broker keep them instead of removing them"),
-        "throttle": Param(None, type=["null", "integer"], minimum=1, title="Throttle (bytes/s)",
-                          description="Replication throttle of the temporary replicas' copies; empty = the plan's"),
+        **throttle_param("Replication throttle of the temporary replicas' copies; empty = the plan's"),
         **no_throttle_param(),
         "reason": Param(None, type=["null", "string"], title="Reason",
                         description="Why the brokers restart (an OS patch, a config change, a ticket): recorded "

@@ -15,7 +15,7 @@ from __future__ import annotations
 from airflow.sdk import DAG, Param
 from kplan_airflow import chains
 from kplan_airflow.chains import READ_ONLY, dag_args, param
-from kplan_airflow.form import broker_picker
+from kplan_airflow.form import broker_picker, throttle_param
 from kplan_airflow.operators import ReturnPlanOperator, RiskOperator
 
 with DAG(
@@ -33,8 +33,7 @@ with DAG(
         "max_disk_usage": Param(0.85, type="number", exclusiveMinimum=0, maximum=1, title="Max disk usage",
                                 description="No broker may hold more than this fraction of its log dirs' capacity "
                                 "after the plan or at any batch boundary"),
-        "throttle": Param(None, type=["null", "integer"], minimum=1, title="Throttle (bytes/s)",
-                          description="Replication throttle while data moves; empty = the plan's suggested rate"),
+        **throttle_param("Replication throttle while data moves; empty = the plan's suggested rate"),
         "max_concurrent_per_broker": Param(5, type="integer", minimum=1, maximum=1000,
                                            title="Max concurrent moves per broker"),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),

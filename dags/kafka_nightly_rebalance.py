@@ -18,7 +18,7 @@ from datetime import timedelta
 from airflow.sdk import DAG, CronTriggerTimetable, Param, conf
 from kplan_airflow import chains
 from kplan_airflow.chains import READ_ONLY, dag_args, param
-from kplan_airflow.form import no_throttle_param, sizes_params
+from kplan_airflow.form import no_throttle_param, sizes_params, throttle_param
 from kplan_airflow.operators import IdleCheckOperator, RebalancePlanOperator, RiskOperator
 
 with DAG(
@@ -45,7 +45,7 @@ with DAG(
         "max_disk_usage": Param(0.85, type="number", exclusiveMinimum=0, maximum=1, title="Max disk usage",
                                 description="No broker may hold more than this fraction of its log dirs' capacity "
                                 "after the plan or at any batch boundary"),
-        "throttle": Param(None, type=["null", "integer"], minimum=102_400, title="Throttle (bytes/s)"),
+        **throttle_param("Replication throttle while data moves; empty = the plan's suggested rate"),
         **no_throttle_param(),
         "max_concurrent_per_broker": Param(5, type="integer", minimum=1, maximum=1000),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),

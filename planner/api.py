@@ -56,6 +56,7 @@ from planner.errors import (
 from planner.intent import next_steps as intent_steps
 from planner.plan_model import ApplySchedule, Plan, apply_schedule, read_plan
 from planner.requests import (
+    MIN_THROTTLE,
     ApplyOutcome,
     ApplyRequest,
     BrokerRow,
@@ -87,7 +88,7 @@ if TYPE_CHECKING:
     from planner.kafka_admin import KafkaSecurity
     from planner.snapshot_io import Snapshot
 
-__all__ = ["ApplySchedule", "Plan", "ProgressFn",
+__all__ = ["ApplySchedule", "MIN_THROTTLE", "Plan", "ProgressFn",
     "BadInput", "KraftMigration", "NextStep", "NoThrottle", "NotConverged", "NotYourTurn", "PlannerError", "RiskSubmit", "RollStopped",
     "SafetyRefusal", "WrongPlanKind", "ZkUnavailable", "roll_status",
     "risk_submit",

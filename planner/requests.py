@@ -25,8 +25,12 @@ if TYPE_CHECKING:
     from planner.kafka_admin import KafkaSecurity
     from planner.plan_model import Plan
 
+# bytes/s: the lowest replication throttle an apply or a roll takes (a 1 GiB partition copies in 3 hours at it);
+# below it no real batch finishes. Airflow's forms use it as their minimum.
+MIN_THROTTLE = 100 * 1024
+
 __all__ = [
-    "ApplyOutcome", "ApplyRequest", "BrokerRow", "BrokersRequest", "CancelOutcome", "CancelRequest", "ClearOutcome",
+    "MIN_THROTTLE", "ApplyOutcome", "ApplyRequest", "BrokerRow", "BrokersRequest", "CancelOutcome", "CancelRequest", "ClearOutcome",
     "ClearRequest", "DrainRequest", "PlanOutcome", "Progress", "ProgressFn", "RebalanceRequest", "RestartRequest",
     "ReturnRequest", "RiskOutcome", "RiskRequest", "RiskSubmit", "RollOutcome", "RollRequest", "SnapshotOutcome",
     "SnapshotRequest", "VerifyOutcome", "VerifyRequest",

@@ -71,6 +71,14 @@ def nightly(dag):
             "first_run_in_future": first.run_after > datetime.now(UTC)}
 
 
+def ok(p, value):
+    try:
+        p.resolve(value)
+        return True
+    except Exception:
+        return False
+
+
 t = time.perf_counter()
 bag = DagBag(dag_folder=sys.argv[1], safe_mode=False)
 heavy = [m for m in ("ortools", "pyspark", "kazoo", "pandas", "pyarrow", "numpy", "plotly") if m in sys.modules]
@@ -82,7 +90,9 @@ print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "
                   "pools": {t.task_id: t.pool for t in d.tasks},
                   "approval": [d.get_task("approve").defaults, d.get_task("approve").response_timeout.total_seconds(),
                                type(d.get_task("approve")).__mro__[1].__name__],
-                  "nightly": nightly(bag.dags["kafka_nightly_rebalance"])}))
+                  "nightly": nightly(bag.dags["kafka_nightly_rebalance"]),
+                  "throttle_ok": {i: [ok(dag.params.get_param("throttle"), v) for v in (102_399, 102_400, None)]
+                                  for i, dag in bag.dags.items()}}))
 """
     out = subprocess.run([sys.executable, "-c", code, str(af.local.DAGS)], capture_output=True, text=True,
                          timeout=120, env={**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
@@ -99,6 +109,9 @@ print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "
     assert r["approval"] == [["Reject"], 24 * 3600, "ApprovalOperator"]
     # issue 20: a new deployment (or `make airflow`) does not start a rebalance for the 02:00 just past
     assert r["nightly"] == {"cron": "0 2 * * *", "catchup": False, "max_active_runs": 1, "first_run_in_future": True}
+    # every form refuses a throttle below the executor's floor (100 KiB/s), which the apply or roll would refuse
+    # only after the review
+    assert r["throttle_ok"] == {i: [False, True, True] for i in r["dags"]}
 
 
 @pytest.mark.parametrize("conf", [{"brokers": []}, {"brokers": ["one"]}, {"brokers": [1, 1]}, {}])

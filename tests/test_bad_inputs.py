@@ -428,6 +428,9 @@ CASES = [
     Case("roll-unthrottled-copy", lambda c: _roll(Ctx(c.tmp, "127.0.0.1:1"), _restart_plan(c), "--poll", "1"), 2,
          "would copy with no replication throttle (the plan was made without partition sizes, so it suggests no "
          "rate): give a throttle (--throttle RATE, e.g. 50MB), or say --no-throttle"),
+    Case("roll-throttle-below-the-floor", lambda c: _roll(Ctx(c.tmp, "127.0.0.1:1"), _restart_plan(c), "--throttle",
+                                                          "1000"),
+         2, "throttle 1,000 B/s is below the floor of 100.0 KiB/s"),
     Case("apply-a-restart-plan", lambda c: ["apply", "--zk", "127.0.0.1:1", "--plan", str(_restart_plan(c))], 2,
          "is a restart plan: run it with `kplan roll --zk … --plan"),
     Case("roll-restart-command-bad-placeholder", lambda c: _roll(Ctx(c.tmp, "127.0.0.1:1"), _restart_plan(c),

@@ -111,12 +111,15 @@ def roll_step(req: RollRequest, *, progress: Callable[[Any], None] | None = None
             raise BadInput(f"{name} must be positive, got {value}")
     if req.lock_wait < 0:
         raise BadInput(f"lock wait must be zero or more, got {req.lock_wait}")
-    if req.throttle is not None and req.throttle < 1:
-        raise BadInput(f"throttle must be at least 1 byte/s, got {req.throttle}")
     zkmod.parse_connect(zk)
     plan = read_plan(plan_path)
     if plan.kind != "restart":
         raise WrongPlanKind(f"{plan_path} is a {plan.kind} plan", plan.kind, str(plan_path))
+    if req.throttle is not None:   # the temporary replicas copy through the executor: apply's floor and limits
+        from planner.execution.planview import from_plan
+        from planner.execution.steps import check_throttle
+
+        check_throttle(from_plan(plan), req.throttle)
     if restart_command is not None:
         _check_template(restart_command)
     if req.throttle is not None and req.no_throttle:

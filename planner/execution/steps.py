@@ -30,7 +30,7 @@ from planner.execution.executor import Executor, Options, Result
 from planner.execution.planview import RunPlan, from_plan
 from planner.execution.progress import Progress, write_json_atomic
 from planner.execution.verify import Verifier, VerifyOptions, VerifyResult, probe
-from planner.requests import ApplyRequest, CancelRequest, VerifyRequest
+from planner.requests import MIN_THROTTLE, ApplyRequest, CancelRequest, VerifyRequest
 from planner.runfolder import RECORD_FILES, check_records, records_folder
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,6 @@ def _not_a_roll(plan: RunPlan, path: Path | str, command: str) -> None:
         raise WrongPlanKind(f"{path} is a restart plan", plan.kind, str(path))
 
 
-MIN_THROTTLE = 100 * 1024      # bytes/s: below it nothing sane finishes (a 1 GiB partition: 3 hours at the floor)
 MAX_BATCH_SECONDS = 7 * 86400  # a throttle that makes one batch take longer than a week is a typo
 
 

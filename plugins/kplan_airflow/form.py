@@ -74,6 +74,17 @@ def sizes_params() -> dict[str, Any]:
     }
 
 
+def throttle_param(description: str, title: str = "Throttle (bytes/s)") -> dict[str, Any]:
+    """The Param of a replication throttle, with the executor's own floor as the form's minimum: a rate the apply
+    or the roll would refuse is refused by the form, not hours later after the review."""
+    from airflow.sdk import Param
+
+    from planner.api import MIN_THROTTLE
+
+    return {"throttle": Param(None, type=["null", "integer"], minimum=MIN_THROTTLE, title=title,
+                              description=description)}
+
+
 def no_throttle_param() -> dict[str, Any]:
     """The Param of every DAG whose plan may copy data: a copy at full speed only when asked for on purpose."""
     from airflow.sdk import Param
