@@ -7,7 +7,7 @@ DescribeConfigs, re-read until two reads agree, DescribeLogDirs, assembly, Parqu
 DescribeTopicPartitions sweep of every partition. Medians; per-partition cost and the linear extrapolation
 to 200k are printed with the load average (the machine is shared). Writes bench/out/kraft_snapshot.json.
 
-    /work/team/heavy --bench python bench/bench_kraft_snapshot.py [--sizes 1000,3000,9000] [--runs 3]
+    /work/team/heavy --bench python bench/bench_kraft_snapshot.py [--sizes 1000,4000,12000] [--runs 5]
 """
 
 from __future__ import annotations
@@ -43,13 +43,26 @@ def grow(sb: Sandbox, have: int, want: int) -> int:
     finally:
         admin.close()
     sb.wait_settled(600)
-    return want
+    # every replica's log created on its broker (the brokers create them after the controller did the
+    # partitions; measuring while they still do would time their CPU, not the snapshot)
+    want_replicas = want * 3
+    deadline = time.monotonic() + 600
+    while True:
+        a = ka.connect(sb.bootstrap_servers, timeout=60)
+        try:
+            got = sum(len(t["partitions"]) for r in a.describe_log_dirs() for d in r["log_dirs"]
+                      for t in d["topics"] if t["name"].startswith("bench-"))
+        finally:
+            a.close()
+        if got >= want_replicas or time.monotonic() > deadline:
+            return want
+        time.sleep(1)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", default="1000,3000,9000")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--sizes", default="1000,4000,12000")
+    ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
     load_before = os.getloadavg()
