@@ -16,6 +16,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from waiting import poll
 
 from planner import cli
 from planner import kraft_admin as ka
@@ -250,6 +251,36 @@ def test_start_brings_the_rf1_partition_back_from_its_elr(kraft, admin):
     assert got[("seed-rf1", 0)][:4] == (1, [1], [], [])
     assert got[("seed-wide", 0)][0] == 2 and sorted(got[("seed-wide", 0)][1]) == [1, 2, 3]
     assert got[("seed-wide", 0)][2:4] == ([], [])
+
+
+def test_kafka_4_reassign_tool_executes_our_plan_and_rollback_restores_it(kraft, admin, tmp_path):
+    """Issue 24: Kafka 4.1.1's own kafka-reassign-partitions (org.apache.kafka.tools.reassign, no ZooKeeper)
+    takes the files of a plan made from a KRaft snapshot, moves the data off the drained broker, and the plan's
+    rollback file puts every partition back where it was."""
+    from planner.kafka.tools import reassign, verify_status
+
+    kraft.wait_settled(60)
+    topics = ["seed-rf1", "seed-wide"]
+    before = {k: v["replicas"] for k, v in admin.describe_topic_partitions(topics).items()}
+    assert any(1 in reps for reps in before.values())
+    assert cli.main(["plan", "drain", "--snapshot", str(cli_snapshot(kraft, tmp_path / "snap")), "--brokers", "1",
+                     "--out", str(tmp_path / "plan"), "--quiet"]) == 0
+    jars, bootstrap = kraft.kafka_jars(), kraft.bootstrap_servers
+    assert jars.reassign_class == "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+
+    def run(file: Path) -> dict[tuple[str, int], list[int]]:
+        reassign(jars, bootstrap, file, "execute")
+        poll(lambda: set(verify_status(reassign(jars, bootstrap, file, "verify").stdout).values()) == {"completed"},
+             timeout=120, what=f"kafka-reassign-partitions --verify of {file.name}")
+        return {(e["topic"], e["partition"]): e["replicas"] for e in json.loads(file.read_text())["partitions"]}
+
+    moved = run(tmp_path / "plan" / "reassignment.json")
+    now = {k: v["replicas"] for k, v in admin.describe_topic_partitions(topics).items()}
+    assert moved and all(now[k] == reps for k, reps in moved.items())
+    assert not any(1 in reps for reps in now.values()), now    # broker 1 holds nothing
+    restored = run(tmp_path / "plan" / "rollback.json")
+    assert restored.keys() == moved.keys()
+    assert {k: v["replicas"] for k, v in admin.describe_topic_partitions(topics).items()} == before
 
 
 def test_cli_status_stop_and_start_on_kraft(kraft, admin, capsys):
