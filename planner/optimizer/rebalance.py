@@ -45,7 +45,7 @@ from planner.optimizer.mcf import BIG_CAP, FlowGraph, band, level_arcs, penalty,
 from planner.optimizer.partition_flow import ARC_LIMIT, arcs_needed, least_placement
 from planner.optimizer.problem import Problem, rack_masks
 from planner.optimizer.reach import Reach, reach
-from planner.optimizer.room import mend_room_count
+from planner.optimizer.room import mend_room_count, room_per_broker
 from planner.optimizer.state import (
     State,
     apply_move,
@@ -183,7 +183,7 @@ def _room_ok(pb: Problem, st: State, eligible: np.ndarray) -> bool:
     """Every eligible broker holds partitions enough to lead its share (floor of the level) within the caps."""
     e_idx = np.flatnonzero(eligible)
     n_lead = int(((st.final >= 0) & eligible[np.maximum(st.final, 0)]).any(axis=1).sum())
-    return bool((_leader_room(pb, st.final, st.cap)[1][e_idx] >= n_lead // max(1, len(e_idx))).all())
+    return bool((room_per_broker(pb, st.final, st.cap)[1][e_idx] >= n_lead // max(1, len(e_idx))).all())
 
 
 def _flow_first(pb: Problem, st: State, eligible: np.ndarray, rc: Reach, excess: int, lb_bytes: int | None
@@ -303,7 +303,7 @@ class _Classes:
     si: np.ndarray      # (M,) slot,
     cls: np.ndarray     # (M,) class
     bucket: np.ndarray  # (C,) size bucket (0 = smallest; all 0 unless classed by size)
-    keeps: np.ndarray   # (C,) moving one costs its source leader room (see `_leader_room`), where that is short
+    keeps: np.ndarray   # (C,) moving one costs its source leader room (see `room.room_per_broker`), where that is short
 
 
 SIZE_BUCKETS = 8  # bytes balance: replicas of a source are classed by size octile, smaller ones cheaper to move
@@ -342,7 +342,7 @@ def _class_caps(pb: Problem, st: State, eligible: np.ndarray, buckets: int = 1) 
         rank = np.empty(len(ri), np.int64)
         rank[np.lexsort((si, ri, np.maximum(pb.sizes[ri], 0)))] = np.arange(len(ri))
         bucket = rank * buckets // len(ri)
-    # a replica whose move lowers the leader room of a source that is short of it (`_leader_room`) is classed
+    # a replica whose move lowers the leader room of a source that is short of it (`room.room_per_broker`) is classed
     # apart, so that R1 moves the others first
     keeps = _costs_room(pb, st, eligible, ri, si)
     buckets2 = buckets * 2
@@ -411,7 +411,7 @@ def _room_gains(pb: Problem, st: State, eligible: np.ndarray, cl: _Classes, ci: 
     B = pb.num_brokers
     e_idx = np.flatnonzero(eligible)
     out = cl.cap[ci, cb].copy()
-    rtb, room = _leader_room(pb, st.final, st.cap)
+    rtb, room = room_per_broker(pb, st.final, st.cap)
     short = room[e_idx] < _room_goal(st, eligible)
     sel = np.flatnonzero(short[cb])
     if not len(sel) or not len(cl.ri):
@@ -430,19 +430,6 @@ def _room_gains(pb: Problem, st: State, eligible: np.ndarray, cl: _Classes, ci: 
     return out
 
 
-def _leader_room(pb: Problem, final: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """((T, B) replicas per topic and broker, (B,) leader room): the partitions a broker could lead within
-    the topics' caps, the sum over topics of min(replicas of the topic it holds, cap). A level leader count
-    needs every broker's room at least at the level (`_room_goal`)."""
-    B = pb.num_brokers
-    T = len(pb.topic_names)
-    valid = final >= 0
-    rtb = np.bincount((np.broadcast_to(pb.topic_of[:, None].astype(np.int64), final.shape)[valid] * B
-                       + final[valid]), minlength=T * B).reshape(T, B)
-    cap_t = np.where(pb.excluded_topic, 0, cap)
-    return rtb, np.minimum(rtb, cap_t[:, None]).sum(axis=0)
-
-
 def _room_goal(st: State, eligible: np.ndarray) -> int:
     """The leader room a broker should keep: the level leader count (ceil), plus 2 % (at least 2)."""
     n_lead = int(((st.final >= 0) & eligible[np.maximum(st.final, 0)]).any(axis=1).sum())
@@ -457,7 +444,7 @@ def _costs_room(pb: Problem, st: State, eligible: np.ndarray, ri: np.ndarray, si
     if not len(ri):
         return np.zeros(0, np.int64)
     B = pb.num_brokers
-    rtb, room = _leader_room(pb, st.final, st.cap)
+    rtb, room = room_per_broker(pb, st.final, st.cap)
     counts = broker_counts(st.final, B)
     e_idx = np.flatnonzero(eligible)
     _, hi = band(int(counts[e_idx].sum()), len(e_idx))
@@ -727,10 +714,10 @@ def _realize(pb: Problem, st: State, eligible: np.ndarray, plan: tuple, budget_b
     sizes = np.maximum(pb.sizes, 0)
     # a receiver takes replicas of topics it holds fewer than the topic's leader cap of first, so that every
     # broker ends with partitions it can lead (leaders level later); a source short of leader room
-    # (`_leader_room`) gives replicas of topics it holds more than the cap of first, and a receiver short of it
+    # (`room.room_per_broker`) gives replicas of topics it holds more than the cap of first, and a receiver short of it
     # insists on the former
     cap_t = np.where(pb.excluded_topic, 0, st.cap)
-    rtb, room = _leader_room(pb, st.final, st.cap)
+    rtb, room = room_per_broker(pb, st.final, st.cap)
     goal = _room_goal(st, eligible)
     for c, j, f in zip(ci.tolist(), cb.tolist(), pf.tolist(), strict=True):
         b = int(e_idx[j])

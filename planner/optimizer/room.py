@@ -28,7 +28,9 @@ from planner.optimizer.state import State, apply_move, movable, rack_ok
 
 
 def room_per_broker(pb: Problem, final: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """((T, B) replicas per topic and broker, (B,) leader room) under the per-topic caps `cap`."""
+    """((T, B) replicas per topic and broker, (B,) leader room): the partitions a broker could lead within the
+    topics' caps `cap`, the sum over topics of min(replicas of the topic it holds, cap). A level leader count
+    needs every broker's room at least at the level."""
     B = pb.num_brokers
     T = len(pb.topic_names)
     valid = final >= 0
