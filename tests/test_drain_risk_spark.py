@@ -4,7 +4,6 @@ and `kplan risk` end to end in-process (spark-submit from an installed wheel: te
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 from pathlib import Path
 
@@ -14,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plan_support import write_plan_folder
+from risk_support import assert_same
 
 from planner import api, cli, replay, risk
-from planner import risk_model as rm
 from planner import snapshot_io as sio
 from planner.cluster import parse_cluster
 from planner.codec import ReassignEntry
@@ -73,32 +72,6 @@ def clusters(draw):
                 moves.append(ReassignEntry(t["name"], p, tuple(draw(st.permutations(ids))[: len(part["replicas"])])))
     version = draw(st.sampled_from(["3.7", "3.6"]))
     return desc, tuple(drain), moves, version
-
-
-def _sorted(t: pa.Table, keys: list[str]) -> pa.Table:
-    return t.sort_by([(k, "ascending") for k in keys])
-
-
-def assert_same(spark_dir: Path, ref: replay.ReplayResult) -> None:
-    """Every partition of every scenario, and every scenario figure, agree."""
-    got = pq.read_table(spark_dir / "partitions.parquet").select(rm.ROW_COLUMNS)
-    want = ref.rows.select(rm.ROW_COLUMNS)
-    assert got.num_rows == want.num_rows
-    got = _sorted(got.cast(want.schema), rm.ROW_KEY)
-    want = _sorted(want, rm.ROW_KEY)
-    for c in rm.ROW_COLUMNS:
-        if not got.column(c).equals(want.column(c)):
-            a, b = got.column(c).to_pylist(), want.column(c).to_pylist()
-            i = next(i for i in range(len(a)) if a[i] != b[i])
-            raise AssertionError(f"column {c} differs: spark {got.slice(i, 1).to_pylist()} vs "
-                                 f"reference {want.slice(i, 1).to_pylist()}")
-    gs = pq.read_table(spark_dir / "scenarios.parquet").to_pylist()
-    ws = ref.scenarios.to_pylist()
-    assert len(gs) == len(ws)
-    for g, w in zip(gs, ws, strict=True):
-        for k in rm.SCENARIO_COLUMNS:
-            same = math.isclose(g[k], w[k], rel_tol=1e-12) if isinstance(w[k], float) else g[k] == w[k]
-            assert same, f"{w['name']}: {k} spark {g[k]} vs reference {w[k]}"
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,7 +6,6 @@ leaders, fenced brokers, unclean overrides, min ISR above RF, plans, restart rol
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from risk_support import assert_same
 
 from planner import api, risk, risk_kraft
 from planner import replay_kraft as kr
@@ -86,27 +86,6 @@ def snapshot(desc: dict, states: dict, fenced: list[int], elr_on: bool) -> risk.
     return risk.sio.Snapshot(None, manifest, b, s.topics, t)
 
 
-def assert_same(out: Path, ref, columns: list[str] = COLUMNS) -> None:
-    got = pq.read_table(out / "partitions.parquet").select(columns)
-    want = ref.rows.select(columns)
-    assert got.num_rows == want.num_rows
-    keys = [(k, "ascending") for k in rm.ROW_KEY]
-    got, want = got.cast(want.schema).sort_by(keys), want.sort_by(keys)
-    for c in columns:
-        if not got.column(c).equals(want.column(c)):
-            a, b = got.column(c).to_pylist(), want.column(c).to_pylist()
-            i = next(i for i in range(len(a)) if a[i] != b[i])
-            raise AssertionError(f"column {c} differs: spark {got.slice(i, 1).to_pylist()} vs "
-                                 f"reference {want.slice(i, 1).to_pylist()}")
-    gs = pq.read_table(out / "scenarios.parquet").to_pylist()
-    ws = ref.scenarios.to_pylist()
-    assert len(gs) == len(ws)
-    for g, w in zip(gs, ws, strict=True):
-        for k in rm.SCENARIO_COLUMNS:
-            same = math.isclose(g[k], w[k], rel_tol=1e-12) if isinstance(w[k], float) else g[k] == w[k]
-            assert same, f"{w['name']}: {k} spark {g[k]} vs reference {w[k]}"
-
-
 @settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=clusters())
 def test_spark_kraft_rules_agree_with_the_reference_on_every_partition_of_every_scenario(spark, case):
@@ -120,7 +99,7 @@ def test_spark_kraft_rules_agree_with_the_reference_on_every_partition_of_every_
         state = kr.KraftState.from_snapshot(snap)
         ref = kr.replay(state, prepared.scenarios, state.with_plan(moves) if moves else None,
                         risk_kraft.session_timeout(prepared))
-        assert_same(Path(req.out), ref)
+        assert_same(Path(req.out), ref, COLUMNS)
         assert summary["backend"]["engine"] == "spark"
         assert json.loads((Path(req.out) / "summary.json").read_text())["baseline"]["current"] == kr.baseline(state)
 
@@ -136,7 +115,7 @@ def test_spark_kraft_rules_agree_with_the_reference_on_restart_rolls(spark, case
         risk_kraft.run(prepared, req.out, spark=spark)
         state = kr.KraftState.from_snapshot(snap)
         assert_same(Path(req.out), kr.replay(state, prepared.scenarios, state.with_plan(moves),
-                                             risk_kraft.session_timeout(prepared)))
+                                             risk_kraft.session_timeout(prepared)), COLUMNS)
 
 
 def test_kplan_risk_on_a_kraft_snapshot_runs_the_spark_jobs_kraft_rules(spark, tmp_path):
@@ -156,7 +135,7 @@ def test_kplan_risk_on_a_kraft_snapshot_runs_the_spark_jobs_kraft_rules(spark, t
     prepared = risk.prepare(api.RiskRequest(snapshot=s, out=out, drains=((1,),)), kraft_ok=True)
     state = kr.KraftState.from_snapshot(s)
     ref = kr.replay(state, prepared.scenarios, None, risk_kraft.session_timeout(prepared))
-    assert_same(out, ref)
+    assert_same(out, ref, COLUMNS)
     # the comparison can fail: the ZooKeeper rule set on the same snapshot (what must never score a KRaft
     # cluster) leaves payments-0 with ISR [1], not [] and ELR [1]
     from dataclasses import replace
