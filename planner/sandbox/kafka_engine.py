@@ -399,27 +399,45 @@ class KafkaEngine:
             self.info = update_brokers(self.directory, {rec.id: {"pid": proc.pid, "state": RUNNING}})
             log.info("broker %d: JVM %d started (port %d)", rec.id, proc.pid, rec.port)
 
-    def _check_alive(self, ids: Iterable[int]) -> None:
+    def _watched(self, ids: Iterable[int]) -> list[tuple[str, Any]]:
+        """The nodes a wait watches: these brokers (the kraft engine adds its controllers)."""
         recs = self.records()
-        for b in ids:
-            r = recs[b]
-            if r.state == RUNNING and not r.process_alive:
-                status = _exit_status(_reap(r.pid))
-                raise KafkaSandboxError(f"broker {b}'s JVM (pid {r.pid}) is gone, {status}; its last log lines:\n"
-                                        f"{_tail(r.dir / 'server.log')}\n{_tail(r.dir / 'stdout.log', 10)}")
+        return [("broker", recs[b]) for b in ids]
+
+    def _check_alive(self, ids: Iterable[int]) -> None:
+        """Every watched node that should run still runs. A JVM launched a moment ago can read an empty
+        /proc/<pid>/cmdline while its exec completes (seen 3 ms after Popen returned): alive and nameless
+        counts as running, not as gone."""
+        for kind, r in self._watched(ids):
+            if r.state != RUNNING:
+                continue
+            if r.pid and (r.process_alive or (pid_alive(int(r.pid)) and not kbroker.cmdline(int(r.pid)))):
+                continue
+            status = _exit_status(_reap(r.pid))
+            raise KafkaSandboxError(f"{kind} {r.id}'s JVM (pid {r.pid}) is gone, {status}; its last log lines:\n"
+                                    f"{_tail(r.dir / 'server.log')}\n{_tail(r.dir / 'stdout.log', 10)}")
 
     def _wait(self, client: KazooClient, what: str, timeout: float, check: Callable[[View], list[str]],
               stable: int = 2, watch: Iterable[int] = ()) -> tuple[View, float]:
         """Poll ZooKeeper until `check` finds nothing left, `stable` reads in a row; returns the view and
         the seconds waited. Raises naming what was still pending at the deadline."""
+        def look() -> tuple[View, list[str], Any]:
+            v = self.view(client)
+            return v, check(v), v.fingerprint()
+
+        return self._settle(what, timeout, look, stable, watch)
+
+    def _settle(self, what: str, timeout: float, look: Callable[[], tuple[Any, list[str], Any]], stable: int,
+                watch: Iterable[int]) -> tuple[Any, float]:
+        """The wait of both engines: `look()` reads the cluster once (its view, what is still pending, a
+        fingerprint of the view) until nothing is pending in `stable` reads in a row of the same view, while
+        the watched nodes must keep running; returns the view and the seconds waited."""
         started = time.monotonic()
         deadline = started + timeout
-        ok_in_row, last_fp, left = 0, None, ["nothing read yet"]
+        ok_in_row, last_fp = 0, None
         while True:
             self._check_alive(watch)
-            v = self.view(client)
-            left = check(v)
-            fp = v.fingerprint()
+            v, left, fp = look()
             if not left:
                 ok_in_row = ok_in_row + 1 if fp == last_fp or stable <= 1 else 1
                 if ok_in_row >= stable:
@@ -531,9 +549,14 @@ class KafkaEngine:
         return self.status()
 
     def _wait_exit(self, recs: list[BrokerRecord], timeout: float) -> None:
+        """Until each signalled JVM is gone entirely. Not only until its command line stops naming its
+        server.properties: once a JVM's main thread has returned (Kafka.main after awaitShutdown)
+        /proc/<pid>/cmdline reads empty while the shutdown hook still runs and still holds the log dir's lock,
+        and a broker started again then would fail to take it. The pids were checked to be these brokers when
+        they were signalled, a moment ago."""
         deadline = time.monotonic() + timeout
         for r in recs:
-            while r.pid and pid_alive(int(r.pid)) and kbroker.is_broker(int(r.pid), r.config_path):
+            while r.pid and pid_alive(int(r.pid)):
                 if time.monotonic() > deadline:
                     raise KafkaSandboxError(f"broker {r.id} (pid {r.pid}) did not exit within {timeout:.0f}s")
                 time.sleep(POLL)

@@ -39,19 +39,14 @@ from planner.sandbox.kafka_engine import (
     _CHILDREN,
     KAFKA_DIR,
     KILLED,
-    POLL,
     RUNNING,
     STOPPED,
     KafkaEngine,
-    KafkaSandboxError,
-    _exit_status,
-    _reap,
-    _tail,
     read_info,
     update_brokers,
     write_info,
 )
-from planner.zkserver import free_port, pid_alive
+from planner.zkserver import free_port
 
 log = logging.getLogger("planner.sandbox.kraft")
 
@@ -222,71 +217,35 @@ class KraftEngine(KafkaEngine):
     def _launch(self, recs: list[Any]) -> None:
         self._launch_nodes(recs)
 
-    def _wait_exit(self, recs: list[Any], timeout: float) -> None:
-        """Until each signalled JVM is gone entirely. Not only until its command line stops naming its
-        server.properties, as the kafka engine waits: once a JVM's main thread has returned (Kafka.main after
-        awaitShutdown) /proc/<pid>/cmdline reads empty while the shutdown hook still runs and still holds
-        the log dir's lock, and a broker started again then would fail to take it. The pids were checked to
-        be these brokers when they were signalled, a moment ago."""
-        deadline = time.monotonic() + timeout
-        for r in recs:
-            while r.pid and pid_alive(int(r.pid)):
-                if time.monotonic() > deadline:
-                    raise KafkaSandboxError(f"broker {r.id} (pid {r.pid}) did not exit within {timeout:.0f}s")
-                time.sleep(POLL)
-            _reap(r.pid)
-
-    def _check_alive(self, ids: Iterable[int]) -> None:
-        """Every watched broker and every controller still runs. A JVM launched a moment ago can read an empty
-        /proc/<pid>/cmdline while its exec completes (seen 3 ms after Popen returned): alive and nameless
-        counts as running, not as gone."""
-        recs = self.records()
-        nodes = [("broker", recs[b]) for b in ids] + [("controller", r) for r in self.controller_records().values()]
-        for kind, r in nodes:
-            if r.state != RUNNING or not r.pid:
-                continue
-            if r.process_alive or (pid_alive(int(r.pid)) and not kbroker.cmdline(int(r.pid))):
-                continue
-            status = _exit_status(_reap(r.pid))
-            raise KafkaSandboxError(f"{kind} {r.id}'s JVM (pid {r.pid}) is gone, {status}; its last log lines:\n"
-                                    f"{_tail(r.dir / 'server.log')}\n{_tail(r.dir / 'stdout.log', 10)}")
+    def _watched(self, ids: Iterable[int]) -> list[tuple[str, Any]]:
+        """The brokers a wait watches, and every controller."""
+        return super()._watched(ids) + [("controller", r) for r in self.controller_records().values()]
 
     def _kwait(self, what: str, timeout: float, check: Callable[[KView], list[str]], stable: int = 2,
                watch: Iterable[int] = ()) -> tuple[KView, float]:
-        """Poll the Admin API until `check` finds nothing left, `stable` reads in a row."""
+        """Poll the Admin API until `check` finds nothing left, `stable` reads in a row (KafkaEngine._settle);
+        a read the Admin API does not answer is pending, with a new client for the next read."""
         from kafka.errors import KafkaError
 
         from planner import kraft_admin as ka
 
-        started = time.monotonic()
-        deadline = started + timeout
-        ok_in_row, last_fp, left = 0, None, ["nothing read yet"]
-        admin = None
+        admin: Any = None
+
+        def look() -> tuple[KView | None, list[str], Any]:
+            nonlocal admin
+            try:
+                if admin is None:
+                    admin = ka.connect(self.bootstrap or self._any_bootstrap(), timeout=5)
+                v = read_kview(admin)
+                return v, check(v), v.fingerprint()
+            except (KafkaError, KafkaUnavailable, OSError) as e:
+                if admin is not None:
+                    admin.close()
+                    admin = None
+                return None, [f"the Admin API did not answer ({type(e).__name__})"], None
+
         try:
-            while True:
-                self._check_alive(watch)
-                try:
-                    if admin is None:
-                        admin = ka.connect(self.bootstrap or self._any_bootstrap(), timeout=5)
-                    v = read_kview(admin)
-                    left = check(v)
-                    fp: Any = v.fingerprint()
-                except (KafkaError, KafkaUnavailable, OSError) as e:
-                    left, fp = [f"the Admin API did not answer ({type(e).__name__})"], None
-                    if admin is not None:
-                        admin.close()
-                        admin = None
-                if not left:
-                    ok_in_row = ok_in_row + 1 if fp == last_fp or stable <= 1 else 1
-                    if ok_in_row >= stable:
-                        return v, time.monotonic() - started
-                else:
-                    ok_in_row = 0
-                last_fp = fp
-                if time.monotonic() > deadline:
-                    raise KafkaSandboxError(f"{what}: not done within {timeout:.0f}s; still pending: "
-                                            + "; ".join(left[:10]))
-                time.sleep(POLL)
+            return self._settle(what, timeout, look, stable, watch)
         finally:
             if admin is not None:
                 admin.close()
