@@ -241,7 +241,7 @@ def risk_submit(req: RiskRequest) -> RiskSubmit:
 
     if req.zk is not None and req.plan is None:
         raise BadInput("re-reading the cluster for the risk (zk) needs a plan to score on it")
-    risk_lib.prepare(req)
+    risk_lib.prepare(req, kraft_ok=True)    # the job's entry runs a KRaft snapshot's rules too
     if req.zk is not None:   # the job reads snapshots, never ZooKeeper: api.reread first
         req = replace(req, zk=None, auth=None)
     return RiskSubmit(job_entry(), tuple(to_args(req)), MappingProxyType(settings.submit_conf()),

@@ -198,9 +198,9 @@ def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None
     """Every check that can fail on the user's input, before any Spark work. `plan_entries`: a target
     assignment given directly instead of `req.plan` (tests; callers that hold a Plan already), with
     `restart_order` when it is a restart plan's temporary state. A KRaft snapshot is refused unless the
-    caller runs the KRaft rules (`kraft_ok`: planner.risk_run does, through planner.risk_kraft): the
-    spark-submit entry (planner.spark.job.main) does not take them yet, and must never score a KRaft cluster
-    with ZooKeeper's rules."""
+    caller runs the KRaft rules (`kraft_ok`: planner.risk_run and the spark-submit entry planner.spark.submit
+    do, through planner.risk_kraft): nothing may score a KRaft cluster with ZooKeeper's rules
+    (planner.spark.job.assess runs those only)."""
     rm.parse_kafka_version(req.kafka_version)
     info = open_snapshot(req.snapshot)
     kraft = _kraft(info, kraft_ok)
@@ -250,9 +250,9 @@ def prepare(req: RiskRequest, plan_entries: Sequence[codec.ReassignEntry] | None
 def _kraft(info: sio.Snapshot, kraft_ok: bool) -> KraftSource | None:
     src = kraft_source(info.manifest)
     if src is not None and not kraft_ok:
-        raise BadInput(f"{info.path or 'the snapshot'} is of a KRaft cluster ({src.describe()}): the spark-submit "
-                       "entry of the risk job does not take the KRaft rule set yet; the risk run in-process replays the "
-                       "KRaft controller's rules")
+        raise BadInput(f"{info.path or 'the snapshot'} is of a KRaft cluster ({src.describe()}): this entry runs "
+                       "ZooKeeper's controller rules only; the risk step (in-process or through spark-submit) replays "
+                       "the KRaft controller's rules")
     return src
 
 

@@ -2,7 +2,7 @@
 given a KRaft view of the request: `spark_view`) or with the numpy reference (planner.replay_kraft) in-process,
 writing the same folder as for ZooKeeper (partitions.parquet, scenarios.parquet, summary.json) with the KRaft
 columns besides (elr, last_known_elr, new_elr, new_last_known_elr) and summary.json's `backend` naming the rules
-and the engine. The spark-submit entry (planner.spark.job.main) refuses a KRaft snapshot (planner.risk.prepare)."""
+and the engine. The spark-submit entry (planner.spark.submit) runs the same Spark path."""
 
 from __future__ import annotations
 

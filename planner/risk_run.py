@@ -42,10 +42,7 @@ def run_risk(req: RiskRequest, prepared: Prepared | None = None, spark: Any = No
     from planner.spark import job
     from planner.spark import session as spark_session
 
-    if req.spark_submit:
-        if prepared.kraft is not None:
-            raise BadInput("a KRaft snapshot's risk runs in this process: the job's spark-submit entry does not "
-                           "take the KRaft rule set yet")
+    if req.spark_submit:   # the job's entry takes either rule set from the snapshot (planner.spark.submit)
         return _submit(req, progress)
     # A session this call creates is this call's to stop (with its JVM, when it launched one); an existing
     # one (the caller's, or an active one getOrCreate returns) is left running.

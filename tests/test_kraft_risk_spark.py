@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -138,8 +139,6 @@ def test_kplan_risk_on_a_kraft_snapshot_runs_the_spark_jobs_kraft_rules(spark, t
     assert_same(out, ref, COLUMNS)
     # the comparison can fail: the ZooKeeper rule set on the same snapshot (what must never score a KRaft
     # cluster) leaves payments-0 with ISR [1], not [] and ELR [1]
-    from dataclasses import replace
-
     from planner.spark import job
 
     zk_out = tmp_path / "zk"
@@ -148,3 +147,27 @@ def test_kplan_risk_on_a_kraft_snapshot_runs_the_spark_jobs_kraft_rules(spark, t
     assert {tuple(r["new_isr"]) for r in t if r["topic"] == "payments"} == {(1,)}
     with pytest.raises(AssertionError, match="column new_isr differs"):
         assert_same(zk_out, ref, rm.ROW_COLUMNS)
+
+
+def test_spark_submit_runs_the_kraft_rules_too(tmp_path):
+    """`kplan risk --spark-submit` (and Airflow's SparkSubmitOperator: api.risk_submit, the same entry) on a KRaft
+    snapshot folder: the job's entry (planner.spark.submit) takes the KRaft rule set from the snapshot, and its
+    rows are the numpy reference's; the seed incident's partition leaderless with ISR [] and ELR [1]."""
+    from test_replay_kraft import SEED, ksnap
+
+    from planner import snapshot_io as sio
+
+    s = ksnap(SEED)
+    folder = tmp_path / "snap"
+    sio.write_snapshot(folder, s.manifest, s.brokers, s.topics, s.partitions)
+    req = api.RiskRequest(snapshot=folder, out=tmp_path / "risk", drains=((1,),))
+    sub = api.risk_submit(req)     # what Airflow submits: validated, no refusal
+    assert sub.application.name == "drain_risk.py"
+    res = api.risk(replace(req, spark_submit=True))
+    assert res.summary["backend"]["backend"] == "kraft" and res.summary["backend"]["engine"] == "spark"
+    prepared = risk.prepare(req, kraft_ok=True)
+    state = kr.KraftState.from_snapshot(prepared.info)
+    assert_same(tmp_path / "risk", kr.replay(state, prepared.scenarios, None, risk_kraft.session_timeout(prepared)),
+                COLUMNS)
+    pay = [r for r in pq.read_table(tmp_path / "risk" / "partitions.parquet").to_pylist() if r["topic"] == "payments"]
+    assert {(r["new_leader"], tuple(r["new_isr"]), tuple(r["new_elr"])) for r in pay} == {(-1, (), (1,))}

@@ -358,10 +358,10 @@ def test_the_source_decides_the_rules():
         kr.kraft_source({"source": {"backend": "kraft", "metadata_version": None, "features": None}})
 
 
-def test_the_numpy_engine_writes_the_risk_folder_and_the_spark_paths_refuse_what_they_cannot_run(tmp_path):
+def test_the_numpy_engine_writes_the_risk_folder_and_the_zookeeper_entry_refuses_a_kraft_snapshot(tmp_path):
     """planner.risk_kraft with the numpy reference (no Spark): the folder complete, the KRaft rules named; the
-    spark-submit paths refuse a KRaft snapshot in one line, writing nothing (`kplan risk` in-process runs the
-    Spark job's KRaft rule set: tests/test_kraft_risk_spark.py)."""
+    job's ZooKeeper-only entry refuses a KRaft snapshot in one line, writing nothing (`kplan risk`, in-process
+    or through spark-submit, runs the Spark job's KRaft rule set: tests/test_kraft_risk_spark.py)."""
     from planner import api, risk_kraft
 
     s = ksnap(SEED)
@@ -378,10 +378,7 @@ def test_the_numpy_engine_writes_the_risk_folder_and_the_spark_paths_refuse_what
     worst = doc["scenarios"][0]["worst_partitions"]
     assert worst[0]["topic"] == "payments" and worst[0]["new_elr"] == [1]
     assert "KRaft" in risk.format_report(doc)
-    with pytest.raises(BadInput, match="KRaft"):
-        api.risk(api.RiskRequest(snapshot=s, out=tmp_path / "r2", drains=((1,),), spark_submit=True))
-    with pytest.raises(BadInput, match="KRaft"):
-        api.risk_submit(api.RiskRequest(snapshot=s, out=tmp_path / "r3", drains=((1,),)))
-    with pytest.raises(BadInput, match="does not take the KRaft rule set"):
-        risk.prepare(api.RiskRequest(snapshot=s, out=tmp_path / "r4"))    # what the Spark job's entry calls
-    assert not (tmp_path / "r2").exists() and not (tmp_path / "r3").exists()
+    # the ZooKeeper-only entry (planner.spark.job.assess) never scores a KRaft cluster with ZooKeeper's rules
+    with pytest.raises(BadInput, match="runs ZooKeeper's controller rules only"):
+        risk.prepare(api.RiskRequest(snapshot=s, out=tmp_path / "r4"))
+    assert not (tmp_path / "r4").exists()

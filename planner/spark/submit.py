@@ -8,10 +8,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
+from typing import Any
 
 from planner import risk as risk_lib
+from planner import risk_kraft
 from planner.errors import PlannerError
+from planner.requests import RiskRequest
+from planner.risk import Prepared
 from planner.risk_args import add_arguments, request_from_args
+from planner.runfolder import step_output
 from planner.spark.job import assess
 from planner.spark.session import session
 
@@ -28,16 +34,27 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         req = request_from_args(args)
-        risk_lib.prepare(req)
+        prepared = risk_lib.prepare(req, kraft_ok=True)
     except PlannerError as e:
         log.error("%s", e)
         return e.exit_code
     spark = session(req.master, req.driver_memory)
     try:
-        assess(spark, req)
+        if prepared.kraft is None:
+            assess(spark, req)
+        else:
+            _assess_kraft(spark, req, prepared)
     except PlannerError as e:
         log.error("%s", e)
         return e.exit_code
     finally:
         spark.stop()
     return 0
+
+
+def _assess_kraft(spark: Any, req: RiskRequest, prepared: Prepared) -> dict[str, Any]:
+    """A KRaft snapshot (its manifest's source): the same job with the KRaft controller's rule set
+    (planner.risk_kraft, planner.spark.kraft_election), writing `req.out` completely or not at all."""
+    inputs = tuple(Path(p) for p in (req.snapshot, req.plan) if isinstance(p, str | Path))
+    with step_output(req.out, req.force, inputs) as tmp:
+        return risk_kraft.run(prepared, tmp, spark=spark)
