@@ -38,12 +38,10 @@ from planner.kafka.tls import broker_settings as tls_settings
 from planner.sandbox.kafka_engine import (
     _CHILDREN,
     KAFKA_DIR,
-    KILLED,
     RUNNING,
     STOPPED,
     KafkaEngine,
     read_info,
-    update_brokers,
     write_info,
 )
 from planner.zkserver import free_port
@@ -303,36 +301,13 @@ class KraftEngine(KafkaEngine):
         log.info("created %d topics (%d partitions) through the Admin API", len(desc.topics), desc.num_partitions)
 
     # ----------------------------------------------------------------------------------- commands
-    def kill(self, ids: list[int], timeout: float) -> dict[str, Any]:
-        ids = self._ids(ids, RUNNING)
-        recs = self.records()
-        sent = time.monotonic()
-        for b in ids:
-            kbroker.kill_broker(int(recs[b].pid or 0), recs[b].config_path)
-        self._wait_exit([recs[b] for b in ids], 30)
-        self.info = update_brokers(self.directory, {b: {"state": KILLED} for b in ids})
-        _, _ = self._kwait(f"controller reaction to the kill of {ids}", timeout,
-                           lambda v: kpending(v, catch_up=False, gone=ids), watch=self.pids())
-        return {"killed": ids, "controller_reacted_s": round(time.monotonic() - sent, 2)}
+    def _await_gone(self, ids: list[int], what: str, timeout: float) -> None:
+        self._kwait(what, timeout, lambda v: kpending(v, catch_up=False, gone=ids), watch=self.pids())
 
-    def stop(self, ids: list[int], timeout: float) -> dict[str, Any]:
-        """SIGTERM in the order given: each broker then asks the controller for a controlled shutdown through its
-        heartbeats (BrokerLifecycleManager: wantShutDown) and exits once the controller let it go."""
-        from planner.sandbox.kafka_engine import _size
-
-        ids = self._ids(ids, RUNNING)
-        recs = self.records()
-        offsets = {b: _size(recs[b].dir / "server.log") for b in ids}
-        sent = time.monotonic()
-        for b in ids:
-            kbroker.terminate_broker(int(recs[b].pid or 0), recs[b].config_path)
-        self._wait_exit([recs[b] for b in ids], timeout)
-        stopped_s = time.monotonic() - sent
-        self.info = update_brokers(self.directory, {b: {"state": STOPPED} for b in ids})
-        report = {str(b): kraft_shutdown_report(recs[b].dir / "server.log", offsets[b]) for b in ids}
-        self._kwait(f"controller reaction to the stop of {ids}", timeout,
-                    lambda v: kpending(v, catch_up=False, gone=ids), watch=self.pids())
-        return {"stopped": ids, "brokers": report, "stopped_s": round(stopped_s, 2)}
+    def _shutdown_report(self, server_log: Path, offset: int) -> dict[str, Any]:
+        """SIGTERM makes a KRaft broker ask the controller for a controlled shutdown through its heartbeats
+        (BrokerLifecycleManager: wantShutDown); it exits once the controller let it go."""
+        return kraft_shutdown_report(server_log, offset)
 
     def start(self, ids: list[int], timeout: float) -> dict[str, Any]:
         ids = self._ids(ids, STOPPED)
