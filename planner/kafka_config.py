@@ -1,7 +1,7 @@
 """Kafka's configuration keys the planner reads, and the one rule for a topic's effective settings.
 
 A topic's setting is its override in /config/topics/<t>, else the cluster-wide broker default in
-/config/brokers/<default>, else Kafka's built-in default (KAFKA_ZK.md §1). The snapshot resolves it when it
+/config/brokers/<default>, else Kafka's built-in default (docs/KAFKA_ZK.md §1). The snapshot resolves it when it
 reads ZooKeeper and the risk model's test clusters resolve it the same way, through `topic_settings`.
 
 Values are parsed as Kafka's ConfigDef parses them: integers with surrounding blanks trimmed, booleans

@@ -6,7 +6,7 @@ against, partition by partition, and that sandbox runs will be compared with. Ev
 `hard_failure`, `controlled_shutdown`, `return_brokers`. They work on a batch of partitions at once
 (dense matrices padded with -1), so a million-partition sweep has no Python loop over partitions.
 
-Conventions the text of KAFKA_ZK.md leaves open, fixed here (and followed by the Spark job):
+Conventions the text of docs/KAFKA_ZK.md leaves open, fixed here (and followed by the Spark job):
 - "Remove the dead brokers from the ISR unless it is the only member": Kafka removes the brokers that die in
   one controller event one at a time, in the iteration order of a Scala HashMap keyed by broker id
   (planner.scala_hashmap), each removal keeping a last member: where every ISR member dies, the one visited
@@ -415,7 +415,7 @@ def demote(b: Batch, broker: int, live: np.ndarray) -> tuple[Batch, np.ndarray, 
     naming what cannot move): every partition it leads or is the preferred leader of gets its replica list
     reordered so that the first other replica that is registered (`live`) and in the ISR, in assignment
     order, comes first and `broker` last (the others keep their order); then a preferred election, which
-    elects `replicas[0]` only where it is live and in the ISR (KAFKA_ZK.md §2), moves the leadership of the
+    elects `replicas[0]` only where it is live and in the ISR (docs/KAFKA_ZK.md §2), moves the leadership of the
     partitions `broker` leads onto it. A partition it leads with no such replica keeps it as leader: its
     leadership cannot move (returned as `stuck`).
 

@@ -216,7 +216,7 @@ def parse_kafka_version(text: str) -> tuple[int, int]:
 
 
 def effective_min_isr(kafka_version: str) -> Expr:
-    """KAFKA_ZK.md §2: min(min.insync.replicas, RF) on Kafka >= 3.7, plain min.insync.replicas before."""
+    """docs/KAFKA_ZK.md §2: min(min.insync.replicas, RF) on Kafka >= 3.7, plain min.insync.replicas before."""
     if parse_kafka_version(kafka_version) >= EFFECTIVE_MIN_ISR_SINCE:
         return least(col("min_isr"), col("rf"))
     return col("min_isr")

@@ -207,7 +207,7 @@ def require_kafka(client: KazooClient, where: str = "") -> None:
 
 
 def kraft_reason(migration_znode: bool, kraft_controller_epoch: int) -> str | None:
-    """Why the cluster counts as migrating to KRaft (KAFKA_ZK.md §1), or None. The one rule."""
+    """Why the cluster counts as migrating to KRaft (docs/KAFKA_ZK.md §1), or None. The one rule."""
     if migration_znode:
         return "a /migration znode exists"
     if kraft_controller_epoch > 0:

@@ -1,6 +1,6 @@
 """kplan apply / verify / cancel on the emulated sandbox (real ZooKeeper, emulated brokers and controller).
 
-Expected states are worked out by hand from the plan and Kafka's rules (KAFKA_ZK.md §1, §3) and read back
+Expected states are worked out by hand from the plan and Kafka's rules (docs/KAFKA_ZK.md §1, §3) and read back
 with an independent checker (tests/apply_support.py). Every test that writes ends by asserting that nothing
 was lost: every partition led, RF intact, the plan completed or cleanly rolled back, throttles removed, lock
 released.

@@ -1,4 +1,4 @@
-"""Every znode format of KAFKA_ZK.md §1: Kafka's own example values decode to what they say, encoding gives
+"""Every znode format of docs/KAFKA_ZK.md §1: Kafka's own example values decode to what they say, encoding gives
 Kafka's bytes, round trips hold (hypothesis), and malformed data names the znode path."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ One cluster for the whole module, its tests in order (up, snapshot, the seed inc
 down); the engine's effects are checked through Kafka's own Admin API (DescribeCluster,
 DescribeTopicPartitions, DescribeConfigs, ApiVersions), never through the engine's status, and the snapshot's
 tables against states worked out by hand from Kafka 4.1.1's controller (ReplicationControlManager,
-PartitionChangeBuilder) and shared/docs/KRAFT_4X.md, never taken from the code under test.
+PartitionChangeBuilder) and what a fresh 4.1.1 format was seen to finalize, never taken from the code under test.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def test_up_runs_one_controller_and_four_brokers_with_racks_and_records_the_boot
     assert admin.brokers() == {b: {"host": "127.0.0.1", "port": int(kraft.kafka_endpoints()[b].split(":")[1]),
                                    "rack": f"r{(b - 1) % 3 + 1}", "fenced": False} for b in (1, 2, 3, 4)}
     assert admin.active_controller() == 1000
-    # a fresh 4.1.1 format finalizes metadata.version 4.1-IV1 (level 27) and ELR version 1 (KRAFT_4X.md)
+    # a fresh 4.1.1 format finalizes metadata.version 4.1-IV1 (level 27) and ELR version 1 (seen on 4.1.1)
     feats = admin.finalized_features()
     assert feats["metadata.version"] == 27 and feats["eligible.leader.replicas.version"] == 1
     # CreateTopics with the exact assignment: leader = first replica, ISR = every replica, ELR empty

@@ -48,7 +48,7 @@ def test_seed_incident_rf1_on_broker_1_goes_offline_and_is_critical(mode):
               topic("orders", {"replicas": [1, 2, 3]}, {"replicas": [2, 3, 1]}, min_insync_replicas="2")])
     rows, scen = run(s, (1,), mode)
     p = row(rows, "payments")
-    # KAFKA_ZK.md: the RF=1 topic shows exactly {"leader":-1,"isr":[1]} after broker 1 is gone
+    # docs/KAFKA_ZK.md: the RF=1 topic shows exactly {"leader":-1,"isr":[1]} after broker 1 is gone
     assert (p["new_leader"], p["new_isr"]) == (-1, [1])
     assert p["offline"] and p["rf1_hit"] and not p["would_need_unclean"] and p["severity"] == 4
     assert scen[0]["level"] == "critical" and scen[0]["offline"] == 1 and scen[0]["rf1_hit"] == 1

@@ -2,7 +2,7 @@
 each broker of a roll is down, checked against hand-worked cases and, on generated clusters, against an
 independent statement of the rule written here (not the planner's code): for every broker b of the roll and
 every partition it hosts, |(ISR on registered brokers ∪ temporary replicas) \\ {b}| >= max(m, 1), m =
-min(min.insync.replicas, RF during the roll) (Kafka >= 3.7, KAFKA_ZK.md §2); and no temporary replica could
+min(min.insync.replicas, RF during the roll) (Kafka >= 3.7, docs/KAFKA_ZK.md §2); and no temporary replica could
 be left out."""
 
 from __future__ import annotations

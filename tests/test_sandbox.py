@@ -1,4 +1,4 @@
-"""Fidelity of the sandbox cluster against Kafka's ZooKeeper-mode rules (KAFKA_ZK.md §2, §3).
+"""Fidelity of the sandbox cluster against Kafka's ZooKeeper-mode rules (docs/KAFKA_ZK.md §2, §3).
 
 Every expected state below is worked out by hand from Kafka's controller rules, never taken from the code
 under test. The sandboxes run on the session's real ZooKeeper, each in its own chroot (one test starts and
@@ -452,7 +452,7 @@ def test_cli_exit_codes(tmp_path, zk_connect, capsys):
 # ------------------------------------------------------------------------------------ property: kills
 def expected_after_hard_failure(replicas: list[int], leader: int, isr: list[int], dead: set[int],
                                 unclean: bool) -> tuple[int, list[int]]:
-    """KAFKA_ZK.md §2 'Hard failure of a set D', written independently for this check: re-elect partitions led
+    """docs/KAFKA_ZK.md §2 'Hard failure of a set D', written independently for this check: re-elect partitions led
     by D (first live in-sync replica in assignment order, else the first live replica if unclean, else -1),
     then remove D from the ISRs except where a broker of D is the only member left, one broker at a time in
     the order Kafka's controller visits them (a Scala HashMap's: planner.scala_hashmap, checked against Kafka's

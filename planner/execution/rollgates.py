@@ -1,6 +1,6 @@
 """The restart roll's judgements on the live cluster, as pure functions of what ClusterView read.
 
-The rules are the replay's (planner.replay.demote for the demotion; KAFKA_ZK.md §2 for what a stopped broker
+The rules are the replay's (planner.replay.demote for the demotion; docs/KAFKA_ZK.md §2 for what a stopped broker
 does to an ISR), applied to the cluster as it is now rather than to a snapshot:
 - `demotion`: the lists a broker's demotion writes and the partitions it then elects (or cannot move);
 - `would_hurt`: partitions that would be offline or under their effective min ISR once the broker is down
@@ -106,7 +106,7 @@ def min_isr(view: ClusterView, topics: Iterable[str]) -> dict[str, int]:
 
 
 def effective_min(min_isr: int, rf: int, kafka_version: str) -> int:
-    """KAFKA_ZK.md §2 (planner.risk_model.effective_min_isr): min(min.insync.replicas, RF) on Kafka >= 3.7."""
+    """docs/KAFKA_ZK.md §2 (planner.risk_model.effective_min_isr): min(min.insync.replicas, RF) on Kafka >= 3.7."""
     if rm.parse_kafka_version(kafka_version) >= rm.EFFECTIVE_MIN_ISR_SINCE:
         return min(min_isr, rf)
     return min_isr

@@ -1,4 +1,4 @@
-"""One real Kafka broker JVM (`java -cp '<jars>/*' kafka.Kafka server.properties`, KAFKA_ZK.md §4).
+"""One real Kafka broker JVM (`java -cp '<jars>/*' kafka.Kafka server.properties`, docs/KAFKA_ZK.md §4).
 
 Each broker of a sandbox has a folder `<sandbox>/kafka/broker-<id>/` with its `server.properties`,
 `log4j.properties`, its log dir `data/`, `server.log` (Kafka's own log) and `stdout.log`. The JVM runs in

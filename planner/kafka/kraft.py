@@ -9,7 +9,7 @@ session, found again by pid and command line (broker.is_broker / find_brokers wo
 Before its first start every node's log dir is formatted with the cluster id (`kafka.tools.StorageTool
 format -t <id> -c server.properties`, which writes meta.properties and, on a fresh 4.x cluster, the
 bootstrap checkpoint finalizing the default features: metadata.version 4.1-IV1, eligible.leader.replicas.version
-1 on 4.1.1, shared/docs/KRAFT_4X.md).
+1 on 4.1.1; docs/KAFKA_SANDBOX.md, "What real KRaft brokers showed").
 
 Timing (the sandbox's knobs on Kafka's KRaft settings): the controller fences a broker whose heartbeats stop for
 `broker.session.timeout.ms` (ControllerConfigs; the broker heartbeats every `broker.heartbeat.interval.ms`),

@@ -4,7 +4,7 @@ effective min ISR and cleanly electable while each broker of a roll is down, one
 A roll restarts brokers one by one; before the next broker goes, the previous one is registered again and
 back in every ISR it was in (the roll's gates), so at most one roll broker is missing at a time. With I the
 partition's in-sync replicas on registered brokers, T its temporary replicas (in sync once the protecting
-reassignment completes) and m(k) the effective min ISR once it has k more replicas (KAFKA_ZK.md §2:
+reassignment completes) and m(k) the effective min ISR once it has k more replicas (docs/KAFKA_ZK.md §2:
 min(min.insync.replicas, RF) on Kafka >= 3.7, plain min.insync.replicas before), broker b down leaves the
 partition |(I ∪ T) \\ {b}| in-sync replicas. It must keep max(m, 1) of them: then a leader can be elected
 cleanly (failure mode) or moved (controlled mode, the demotion) and acks=all writes go on. So a partition

@@ -1,4 +1,4 @@
-"""The ZooKeeper-mode Kafka controller, emulated (KAFKA_ZK.md §2 and §3; Kafka 3.x `KafkaController`,
+"""The ZooKeeper-mode Kafka controller, emulated (docs/KAFKA_ZK.md §2 and §3; Kafka 3.x `KafkaController`,
 `ZkPartitionStateMachine`, `ZkReplicaStateMachine`).
 
 It runs inside whichever emulated broker won /controller, uses that broker's ZooKeeper session for every read,

@@ -1,4 +1,4 @@
-"""Kafka's leader election rules (KAFKA_ZK.md §2), one function per rule, written from the ZooKeeper-mode
+"""Kafka's leader election rules (docs/KAFKA_ZK.md §2), one function per rule, written from the ZooKeeper-mode
 controller's behaviour (`PartitionLeaderElectionAlgorithms`, `Election`, `ReplicaStateMachine`).
 
 These are deliberately independent of the planner's replay code: tests compare the two implementations.

@@ -226,7 +226,7 @@ def read_view(client: KazooClient, unclean_default: bool, topics_only: Iterable[
 
 def pending(view: View, catch_up: bool = True, gone: Iterable[int] = ()) -> list[str]:
     """What the controller (and, with catch_up, the replicas) still have to do, as far as ZooKeeper shows;
-    empty when nothing is left. Kafka's rules (KAFKA_ZK.md §2) in the form of end conditions:
+    empty when nothing is left. Kafka's rules (docs/KAFKA_ZK.md §2) in the form of end conditions:
     - a leader is a registered broker, or -1 only when no ISR member (and, where unclean election is on, no
       replica) is registered: otherwise an election is still to come;
     - an ISR holds an unregistered broker only as its last member of a leaderless partition;
