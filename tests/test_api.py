@@ -234,3 +234,51 @@ def test_a_copy_with_no_rate_is_refused_as_a_fact_that_each_caller_words(tmp_pat
     assert cli.main(["apply", "--zk", "127.0.0.1:1", "--plan", str(plan)]) == 2
     assert capsys.readouterr().err == f"kplan apply: error: {fact}: give a throttle (--throttle RATE, e.g. 50MB), " \
                                       "or say --no-throttle to copy at full speed on purpose\n"
+
+
+def test_plan_files_are_exactly_what_kafkas_format_writes(snap, tmp_path):
+    """The writer formats every reassignment / batch file's entries as text (no dict per partition): each file
+    is byte for byte what the znode codec (codec.encode_reassignment, json.dumps underneath) writes for the
+    lists it holds, plus a newline; reassignment.json / rollback.json hold the snapshot's lists and the moves'
+    targets; a drain's leadership batch holds the partitions' current replicas with a kept broker first (not
+    their final lists), its data batches the final lists; a bytes rebalance with many batches alike."""
+    from planner import codec
+    from planner.snapshot_io import read_snapshot
+
+    s = read_snapshot(snap)
+    current = {(t, int(p)): [int(b) for b in r] for t, p, r in zip(
+        s.partitions.column("topic").to_pylist(), s.partitions.column("partition").to_pylist(),
+        s.partitions.column("replicas").to_pylist(), strict=True)}
+    big = to_snapshot(synth_cluster(brokers=9, partitions=900, rf=[1, 2, 3, 3], racks=3, empty_brokers=2, seed=8),
+                      tmp_path / "big")
+    plans = [api.plan_drain(api.DrainRequest(snapshot=snap, out=tmp_path / "d", brokers=(1,))).path,
+             api.plan_rebalance(api.RebalanceRequest(snapshot=big, out=tmp_path / "r",
+                                                     max_concurrent_per_broker=1)).path]
+    for folder in plans:
+        doc = json.loads((folder / "plan.json").read_text())
+        files = ["reassignment.json", "rollback.json"] + [b["file"] for b in doc["batches"]]
+        for name in files:
+            data = (folder / name).read_bytes()
+            entries = codec.decode_reassignment_file(data, name)
+            assert codec.encode_reassignment(entries) + b"\n" == data, (folder, name)
+        lists = {name: {(e.topic, e.partition): list(e.replicas) for e in codec.decode_reassignment_file(
+            (folder / name).read_bytes())} for name in files}
+        assert lists["reassignment.json"] == {(m["topic"], m["partition"]): m["to"] for m in doc["moves"]}
+        assert lists["rollback.json"] == {(m["topic"], m["partition"]): m["from"] for m in doc["moves"]}
+        for b in doc["batches"]:
+            got = lists[b["file"]]
+            assert list(got) == [tuple(p) for p in b["partitions"]]
+            if b["kind"] == "data":
+                assert all(got[k] == lists["reassignment.json"][k] for k in got)
+        assert read_plan(folder).id == doc["id"]
+    drain = json.loads((plans[0] / "plan.json").read_text())
+    lead = {(e.topic, e.partition): list(e.replicas) for e in codec.decode_reassignment_file(
+        (plans[0] / drain["batches"][0]["file"]).read_bytes())}
+    target = {(m["topic"], m["partition"]): m["to"] for m in drain["moves"]}
+    assert drain["batches"][0]["kind"] == "leadership"
+    from_drained = [k for k in lead if current[k][0] == 1]
+    assert from_drained and all(lead[k] != target[k] for k in from_drained)
+    for k in from_drained:       # led from the drained broker: its current replicas, a kept one first
+        assert sorted(lead[k]) == sorted(current[k]) and lead[k][0] != 1, (k, lead[k])
+    rebalance = json.loads((plans[1] / "plan.json").read_text())
+    assert len(rebalance["batches"]) >= 20 and rebalance["summary"]["balance"] == "bytes"
