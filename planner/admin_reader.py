@@ -20,6 +20,15 @@ epoch (`state_version` -1) and its leader recovery state (0), the controller epo
 stands in), whether a broker is in controlled shutdown (null). KRaft has no preferred-election znode and no
 topic-deletion queue (a deleted topic is gone from the metadata at once).
 
+Hybrid (a ZooKeeper-to-KRaft migration whose KRaft controller leads while the brokers still run in ZooKeeper
+mode; planner.zk_migration): ZooKeeper-mode brokers answer neither DescribeTopicPartitions nor DescribeQuorum
+(Kafka 3.9's schemas list them for KRaft brokers and controllers only, not "zkBroker"), and finalize no
+metadata.version. The KRaft controller sends them its metadata (UpdateMetadata, KRaftMigrationDriver:
+SendRPCsToBrokersEvent and every change after), so the partitions are read from their Metadata answers
+(leader, leader epoch, replicas, ISR; no ELR: the brokers do not say it, and 3.9's migration runs without it);
+the controller is the one ZooKeeper's /migration names; the features stay empty. Only the ZooKeeper backend
+knows the cluster is migrating, so it hands such a cluster to this reader (planner.snapshot.ZkClusterReader).
+
 Consistency: the reads are separate requests, so the reader reads everything, then reads the partitions,
 brokers and reassignments again, until two reads in a row agree (at most `max_rounds`); otherwise the
 manifest says it is not consistent, as the ZooKeeper backend does.
@@ -48,6 +57,7 @@ from planner.snapshot_reader import (
     Problems,
     TopicRecord,
 )
+from planner.zk_migration import Migration
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +94,11 @@ class AdminClusterReader:
     backend = "kraft"
 
     def __init__(self, bootstrap: str, security: KafkaSecurity | None = None, timeout: float = 10.0,
-                 problems: Problems | None = None, max_rounds: int = MAX_ROUNDS):
+                 problems: Problems | None = None, max_rounds: int = MAX_ROUNDS, migration: Migration | None = None):
         self.bootstrap = bootstrap
+        # a ZooKeeper-to-KRaft migration in its hybrid phase (planner.zk_migration), as ZooKeeper showed it: the
+        # KRaft controller leads, the brokers still run in ZooKeeper mode (module docstring, "Hybrid")
+        self.migration = migration
         self.security = security or KafkaSecurity()
         self.timeout = timeout
         self.problems = problems or Problems(False)
@@ -96,9 +109,16 @@ class AdminClusterReader:
     # ------------------------------------------------------------------------------ ClusterReader
     def source(self) -> dict[str, Any]:
         level = self.features.get("metadata.version")
-        return {"backend": "kraft", "bootstrap_servers": self.bootstrap,
-                "metadata_version": metadata_version_name(level), "features": dict(sorted(self.features.items())),
-                "security_protocol": self.security.protocol}
+        out = {"backend": "kraft", "bootstrap_servers": self.bootstrap,
+               "metadata_version": metadata_version_name(level), "features": dict(sorted(self.features.items())),
+               "security_protocol": self.security.protocol}
+        if self.migration is not None:
+            out["migration"] = {**self.migration.as_manifest(), "partitions_from": "Metadata"}
+        return out
+
+    @property
+    def hybrid(self) -> bool:
+        return self.migration is not None
 
     def read_cluster(self, say: Progress) -> ClusterRead:
         from planner import kraft_admin as ka
@@ -110,10 +130,18 @@ class AdminClusterReader:
             self._refuse_zookeeper_address()
             self._refuse_credentials()
             raise
-        self._check_kraft()
-        say(f"reading cluster metadata through the Admin API (metadata.version "
-            f"{self.source()['metadata_version']})")
-        controller = self._controller()
+        if self.hybrid:
+            say("reading the cluster through the Admin API of its brokers in ZooKeeper mode (Metadata): the "
+                "KRaft controller leads its migration")
+            m = self.migration
+            assert m is not None
+            controller = ControllerRecord(m.kraft_controller_id, m.kraft_controller_epoch, m.kraft_controller_epoch,
+                                          kraft=True)
+        else:
+            self._check_kraft()
+            say(f"reading cluster metadata through the Admin API (metadata.version "
+                f"{self.source()['metadata_version']})")
+            controller = self._controller()
         say("reading every partition (DescribeTopicPartitions), topic configs (DescribeConfigs)")
         first = self._volatile()
         names = sorted({t for t, _ in first[1]})
@@ -185,8 +213,9 @@ class AdminClusterReader:
         self.features = ka.finalized_features(self.admin)
         level = self.features.get("metadata.version")
         if level is None:
-            raise BadInput(f"the Kafka cluster at {self.bootstrap} finalizes no metadata.version: it runs in "
-                           "ZooKeeper mode: read it through its ZooKeeper connect string")
+            raise BadInput(f"the Kafka cluster at {self.bootstrap} finalizes no metadata.version: its brokers run in "
+                           "ZooKeeper mode (a ZooKeeper-mode cluster, or one migrating to KRaft whose brokers are not "
+                           "in KRaft mode yet): read it through its ZooKeeper connect string")
         if level < DTP_MIN_LEVEL:
             raise BadInput(f"the KRaft cluster at {self.bootstrap} runs metadata.version "
                            f"{metadata_version_name(level)}, too old for DescribeTopicPartitions (3.7-IV0, Kafka 3.7, "
@@ -207,10 +236,10 @@ class AdminClusterReader:
         from planner import kraft_admin as ka
 
         brokers = tuple(self._broker(b, d) for b, d in sorted(ka.brokers(self.admin).items()))
-        parts = ka.describe_topic_partitions(self.admin)
+        parts = ka.metadata_partitions(self.admin) if self.hybrid else ka.describe_topic_partitions(self.admin)
         bad = [f"{t}: {v['error']}" for (t, p), v in parts.items() if v.get("error")]
         if bad:
-            raise BadInput(f"DescribeTopicPartitions refused {len(bad)} topics or partitions: {'; '.join(bad[:5])}")
+            raise BadInput(f"{'Metadata' if self.hybrid else 'DescribeTopicPartitions'} refused {len(bad)} topics or partitions: {'; '.join(bad[:5])}")
         reassigning = {}
         for tp, r in self.admin.list_partition_reassignments().items():
             removing = list(r.get("removing_replicas") or [])

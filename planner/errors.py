@@ -13,7 +13,7 @@ what would get past it (NoThrottle: a rate, or no_throttle on purpose; WrongPlan
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 # The steps a NextStep may name. Every presenter words each one (the CLI as a command line, the Airflow layer as a
 # task or a DAG); tests/test_layering.py checks that both know them all.
@@ -101,7 +101,13 @@ class CodecError(BadInput):
 
 
 class KraftMigration(PlannerError):
-    """The cluster is migrating to KRaft: ZooKeeper must not be written (and its state is not authoritative)."""
+    """The cluster is migrating to KRaft (ZooKeeper-to-KRaft migration, KIP-866): ZooKeeper must not be written,
+    and from the moment the KRaft controller leads it must not be read either. The message names the migration
+    state and what to do; `migration` is the planner.zk_migration.Migration it was refused in (None if unknown)."""
+
+    def __init__(self, *args: object, migration: Any = None, next_steps: tuple[NextStep, ...] = ()):
+        super().__init__(*args, next_steps=next_steps)
+        self.migration = migration
 
 
 class SafetyRefusal(PlannerError):

@@ -96,6 +96,25 @@ def describe_topic_partitions(admin: Any, topics: Iterable[str] | None = None, p
         names = [t for t in names if t >= nxt.topic_name]
 
 
+def metadata_partitions(admin: Any) -> dict[tuple[str, int], dict]:
+    """Every partition from a Metadata answer (all topics), in describe_topic_partitions' form: what a broker in
+    ZooKeeper mode can say (no ELR: `elr` and `last_known_elr` None)."""
+    out: dict[tuple[str, int], dict] = {}
+    for t in admin.describe_topics():
+        tid = str(t["topic_id"]) if t.get("topic_id") is not None else None
+        if t.get("error_code"):
+            out[(t["name"], -1)] = {"error": _error_name(t["error_code"]), "topic_id": tid}
+            continue
+        for p in t["partitions"]:
+            out[(t["name"], p["partition_index"])] = {
+                "leader": p["leader_id"], "leader_epoch": p.get("leader_epoch", -1),
+                "replicas": list(p["replica_nodes"]), "isr": list(p["isr_nodes"]), "elr": None,
+                "last_known_elr": None, "offline_replicas": list(p.get("offline_replicas") or []), "topic_id": tid,
+                # a partition without a live leader answers LEADER_NOT_AVAILABLE: a state, not a refusal
+                "error": None, "internal": bool(t.get("is_internal"))}
+    return out
+
+
 def send(admin: Any, request: Any, node_id: int | None = None) -> Any:
     """One request through the admin client's connection manager (the least loaded broker, or `node_id`),
     as kafka-python's own admin methods send theirs; returns the decoded response."""

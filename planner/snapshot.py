@@ -34,9 +34,10 @@ from planner import codec, kafka_admin, logdirs, maintenance
 from planner import snapshot_io as sio
 from planner import zk as zkmod
 from planner.cluster_reader import ClusterReader
-from planner.errors import BadInput, PlannerError, ZkUnavailable
+from planner.errors import BadInput, KraftMigration, PlannerError, ZkUnavailable
 from planner.snapshot_assembly import ClusterRead, Consistency, assemble, health, manifest
 from planner.snapshot_reader import Problems, TopicRecord, ZkReader
+from planner.zk_migration import Migration, classify
 
 log = logging.getLogger(__name__)
 
@@ -139,9 +140,14 @@ class _Rounds:
         self.read = read
         self.check_kraft()
 
-    def check_kraft(self) -> None:
+    def check_kraft(self) -> Migration | None:
+        """The migration state as read; refused (KraftMigration, naming it) once the KRaft controller leads."""
         c = self.read.controller
-        zkmod.refuse_kraft(zkmod.kraft_reason(c.migration, c.kraft_controller_epoch))
+        m = classify(c.migration_znode if c.migration else None, c.broker, c.kraft_controller_epoch,
+                     len(self.read.brokers))
+        if m is not None and m.authoritative != "zookeeper":
+            raise KraftMigration(m.read_refusal(), migration=m)
+        return m
 
 
 # ------------------------------------------------------------------------------------------ top level
@@ -150,32 +156,66 @@ SIZES_FROM = ("brokers", "none")
 
 class ZkClusterReader:
     """ClusterReader (planner.cluster_reader) of a ZooKeeper-mode cluster: ZkReader's sessions and bulk reads,
-    with the consistency rounds above; refuses a cluster migrating to KRaft."""
+    with the consistency rounds above. A cluster in ZooKeeper-to-KRaft migration (planner.zk_migration) is read
+    through whichever side is authoritative: ZooKeeper in PRE_MIGRATION (the manifest's source says the
+    state); in the hybrid phase, where the KRaft controller leads brokers still in ZooKeeper mode, through the
+    Admin API of those brokers (planner.admin_reader, its source says so: backend kraft); refused, naming the
+    state, during the initial metadata load and once no broker is left in ZooKeeper mode (dual-write or
+    finalized: ZooKeeper knows no broker to ask; read through the bootstrap servers)."""
 
     backend = "zookeeper"
 
     def __init__(self, target: zkmod.ZkTarget, auth: tuple[str, str] | None, timeout: float, problems: Problems,
-                 workers: int | None, read_mode: str, max_rounds: int):
+                 workers: int | None, read_mode: str, max_rounds: int,
+                 kafka: kafka_admin.KafkaSecurity | None = None, kafka_timeout: float = 10.0):
         self.target, self.auth, self.timeout, self.problems = target, auth, timeout, problems
         self.workers, self.read_mode, self.max_rounds = workers, read_mode, max_rounds
+        self.kafka, self.kafka_timeout = kafka or kafka_admin.KafkaSecurity(), kafka_timeout
+        self.migration: Migration | None = None
+        self.through: Any = None          # the Admin API reader a hybrid migration is read through
 
     def source(self) -> dict[str, Any]:
-        return {"zk": self.target.hosts, "chroot": self.target.chroot}
+        if self.through is not None:
+            return {**self.through.source(), "zk": self.target.hosts, "chroot": self.target.chroot}
+        out: dict[str, Any] = {"zk": self.target.hosts, "chroot": self.target.chroot}
+        if self.migration is not None:     # PRE_MIGRATION: ZooKeeper still authoritative (planner.zk_migration)
+            out["migration"] = self.migration.as_manifest()
+        return out
+
+    def _hybrid(self, reader: ZkReader, e: KraftMigration) -> str | None:
+        """The bootstrap servers of the brokers still registered in ZooKeeper when the KRaft controller leads a
+        hybrid migration (those answer the Admin API with its metadata), else None."""
+        m = e.migration
+        if m is None or m.phase != "hybrid" or reader.client is None:
+            return None
+        servers = []
+        for b in sorted(reader.client.get_children(codec.BROKER_IDS), key=lambda x: (len(x), x)):
+            try:
+                reg = codec.decode_broker(int(b), reader.client.get(codec.broker_path(int(b)))[0])
+            except (NoNodeError, ValueError, PlannerError):
+                continue
+            ep = kafka_admin.pick_endpoint(list(reg.endpoints), reg.listener_security_protocol_map, self.kafka)
+            if ep:
+                servers.append(ep)
+        return ",".join(servers) or None
 
     def read_cluster(self, say: Progress) -> ClusterRead:
         reader = ZkReader(self.target, self.auth, self.timeout, self.problems, self.workers, self.read_mode, say)
         rounds = _Rounds(reader, self.problems)
+        hybrid: tuple[KraftMigration, str] | None = None
         try:
             try:
                 zxid_min = reader.connect()
             except ZkUnavailable:
                 self._refuse_kafka_address()
                 raise
-            rounds.read_all(say)
-            rounds.check_kraft()
-            say("checking for changes made while reading")
-            rounds.settle(zxid_min, self.max_rounds)
-            rounds.check_kraft()
+            except KraftMigration as e:
+                servers = self._hybrid(reader, e)
+                if servers is None:
+                    raise
+                hybrid = (e, servers)
+            if hybrid is None:
+                self._read_zookeeper(reader, rounds, zxid_min, say)
         except NoAuthError:
             raise BadInput("ZooKeeper refused a read (NOAUTH): give digest credentials (auth)") from None
         except NoNodeError as e:
@@ -188,8 +228,29 @@ class ZkClusterReader:
                                 f"{e!r}") from None
         finally:
             reader.close()
+        if hybrid is not None:
+            return self._read_hybrid(*hybrid, say)
         assert rounds.read is not None
         return rounds.read
+
+    def _read_zookeeper(self, reader: ZkReader, rounds: _Rounds, zxid_min: int, say: Progress) -> None:
+        rounds.read_all(say)
+        rounds.check_kraft()
+        say("checking for changes made while reading")
+        rounds.settle(zxid_min, self.max_rounds)
+        self.migration = rounds.check_kraft()
+
+    def _read_hybrid(self, e: KraftMigration, servers: str, say: Progress) -> ClusterRead:
+        from planner.admin_reader import AdminClusterReader
+
+        self.migration = e.migration
+        say(f"this cluster is in {e.migration.describe()}: reading it through the Admin API at {servers}")
+        self.through = AdminClusterReader(servers, self.kafka, self.kafka_timeout, self.problems,
+                                          migration=e.migration)
+        try:
+            return self.through.read_cluster(say)
+        finally:
+            self.through.close()
 
     def close(self) -> None:
         pass
@@ -235,7 +296,8 @@ def take_snapshot(zk: str | None, out: Path | str, *, sizes: Path | str | None =
     reader: ClusterReader
     problems = Problems(lenient)
     if zk is not None:
-        reader = ZkClusterReader(zkmod.parse_connect(zk), auth, timeout, problems, workers, read_mode, max_rounds)
+        reader = ZkClusterReader(zkmod.parse_connect(zk), auth, timeout, problems, workers, read_mode, max_rounds,
+                                 kafka, kafka_timeout)
     else:
         from planner.admin_reader import AdminClusterReader
 

@@ -78,6 +78,7 @@ class ControllerRecord:
     epoch: int = -1
     kraft_controller_epoch: int = -1
     migration: bool = False            # a /migration znode exists
+    migration_znode: bytes | None = None   # its content (planner.zk_migration reads the migration state from it)
     kraft: bool = False                # `broker` is a KRaft quorum's active controller node (not a broker)
 
     def as_manifest(self) -> dict[str, int]:
@@ -259,7 +260,7 @@ class ZkReader:
         except NoAuthError:
             raise self._denied(codec.BROKER_IDS) from None
         try:
-            zkmod.refuse_kraft_migration(self.client)
+            zkmod.refuse_kraft_read(self.client)
         except NoAuthError:
             raise self._denied(codec.CONTROLLER) from None
         mode = self.read_mode
@@ -316,8 +317,8 @@ class ZkReader:
         err, data, _ = self._get(codec.CONTROLLER_EPOCH)
         if not err:
             epoch = p.decode("controller", codec.decode_controller_epoch, data, default=-1)
-        err, _, _ = self._get(codec.MIGRATION)
-        return ControllerRecord(broker, epoch, kraft, migration=not err)
+        err, data, _ = self._get(codec.MIGRATION)
+        return ControllerRecord(broker, epoch, kraft, migration=not err, migration_znode=None if err else data)
 
     def brokers(self) -> tuple[BrokerRecord, ...]:
         p = self.problems

@@ -25,6 +25,7 @@ from kazoo.security import make_digest_acl
 
 from planner import codec
 from planner.errors import BadInput, KraftMigration, NotAKafkaCluster, ZkUnavailable
+from planner.zk_migration import Migration, classify
 
 log = logging.getLogger(__name__)
 
@@ -206,36 +207,38 @@ def require_kafka(client: KazooClient, where: str = "") -> None:
         )
 
 
-def kraft_reason(migration_znode: bool, kraft_controller_epoch: int) -> str | None:
-    """Why the cluster counts as migrating to KRaft (docs/KAFKA_ZK.md §1), or None. The one rule."""
-    if migration_znode:
-        return "a /migration znode exists"
-    if kraft_controller_epoch > 0:
-        return f"/controller has kraftControllerEpoch {kraft_controller_epoch}"
-    return None
+def kraft_migration_state(client: KazooClient) -> Migration | None:
+    """The cluster's ZooKeeper-to-KRaft migration state (planner.zk_migration: /migration, /controller and the
+    brokers registered in ZooKeeper), or None in ZooKeeper mode."""
+    try:
+        migration: bytes | None = client.get(codec.MIGRATION)[0]
+    except NoNodeError:
+        migration = None
+    controller = epoch = -1
+    try:
+        c = codec.decode_controller(client.get(codec.CONTROLLER)[0])
+        controller, epoch = c.broker_id, c.kraft_controller_epoch
+    except NoNodeError:
+        pass
+    try:
+        brokers = len(client.get_children(codec.BROKER_IDS))
+    except NoNodeError:
+        brokers = 0
+    return classify(migration, controller, epoch, brokers)
 
 
-def refuse_kraft(reason: str | None) -> None:
-    """The one KRaft refusal: ZooKeeper is no longer authoritative and must not be written."""
-    if reason:
-        raise KraftMigration(
-            f"this cluster is migrating to KRaft ({reason}); ZooKeeper is no longer authoritative and "
-            "must not be written. Use the Admin API based tools instead."
-        )
-
-
-def kraft_migration_state(client: KazooClient) -> str | None:
-    """A reason string when the cluster is migrating to KRaft (then ZooKeeper must not be written)."""
-    migration = client.exists(codec.MIGRATION) is not None
-    epoch = -1
-    if not migration:
-        try:
-            data, _ = client.get(codec.CONTROLLER)
-        except NoNodeError:
-            return None
-        epoch = codec.decode_controller(data).kraft_controller_epoch
-    return kraft_reason(migration, epoch)
+def refuse_kraft_read(client: KazooClient) -> Migration | None:
+    """Refuse to read a cluster through ZooKeeper once the KRaft controller leads its migration (ZooKeeper then
+    holds only the copy the controller writes); the migration state, or None in ZooKeeper mode."""
+    m = kraft_migration_state(client)
+    if m is not None and m.authoritative != "zookeeper":
+        raise KraftMigration(m.read_refusal(), migration=m)
+    return m
 
 
 def refuse_kraft_migration(client: KazooClient) -> None:
-    refuse_kraft(kraft_migration_state(client))
+    """The one refusal of a ZooKeeper write during a migration: it names the state and what to do (every state
+    of a migration makes ZooKeeper writes unsafe: planner.zk_migration)."""
+    m = kraft_migration_state(client)
+    if m is not None:
+        raise KraftMigration(m.write_refusal(), migration=m)

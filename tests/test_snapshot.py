@@ -378,17 +378,47 @@ def test_topic_without_any_state_is_leaderless_new(zk_client, zk_connect, tmp_pa
     assert res.manifest["counts"]["leaderless_new"] == 2 and res.manifest["counts"]["offline"] == 0
 
 
-@pytest.mark.parametrize("how", ["controller", "migration"])
-def test_kraft_migration_is_refused(zk_client, zk_connect, tmp_path, how):
+# /migration and /controller as Kafka 3.9.2 wrote them in the migration sandbox (tests/test_zk_migration.py)
+PRE = b'{"version":0,"kraft_metadata_offset":-1,"kraft_controller_id":-1,"kraft_metadata_epoch":-1,"kraft_controller_epoch":-1}'
+DONE = b'{"version":0,"kraft_metadata_offset":303,"kraft_controller_id":1000,"kraft_metadata_epoch":1,"kraft_controller_epoch":1}'
+KRAFT_CONTROLLER = b'{"version":2,"brokerid":1000,"timestamp":"1795676882424","kraftControllerEpoch":1}'
+
+
+@pytest.mark.parametrize("how, phase", [("controller", "initial metadata load"), ("no-zk-brokers", "dual-write")])
+def test_kraft_migration_led_by_kraft_is_refused_naming_the_state(zk_client, zk_connect, tmp_path, capsys, how,
+                                                                   phase):
     loader.load_cluster(zk_client, {"brokers": [{"id": 1}], "topics": []}, controller=False)
-    if how == "controller":
-        zk_client.create(codec.CONTROLLER, b'{"version":2,"brokerid":3000,"timestamp":"1","kraftControllerEpoch":5}')
+    if how == "controller":   # the KRaft controller claimed /controller, the metadata load not finished
+        zk_client.create(codec.CONTROLLER, KRAFT_CONTROLLER)
+        zk_client.create(codec.MIGRATION, PRE)
     else:
-        zk_client.create(codec.MIGRATION, b'{"version":0,"kraft_metadata_offset":1}')
-    with pytest.raises(KraftMigration, match="KRaft"):
+        zk_client.create(codec.CONTROLLER, KRAFT_CONTROLLER)
+        zk_client.create(codec.MIGRATION, DONE)
+    if how == "no-zk-brokers":
+        zk_client.delete("/brokers/ids/1")
+    with pytest.raises(KraftMigration, match=f"state MIGRATION, {phase} phase .KRaft controller 1000 .epoch 1. is "
+                                             "the controller") as e:
         take_snapshot(zk_connect, tmp_path / "s")
+    assert ("read it again once /migration records the copy" if how == "controller"
+            else "read the cluster through its bootstrap servers") in str(e.value)
+    assert e.value.migration.authoritative == "kraft"
     assert cli.main(["snapshot", "--zk", zk_connect, "--out", str(tmp_path / "c")]) == 1
+    assert f"MIGRATION, {phase} phase" in capsys.readouterr().err
     assert not (tmp_path / "c" / "manifest.json").exists()
+
+
+def test_pre_migration_is_read_through_zookeeper_and_says_so(zk_client, zk_connect, tmp_path):
+    """PRE_MIGRATION: the KRaft controller created /migration and waits for the brokers; the ZooKeeper controller
+    (broker 1) still runs the cluster, so ZooKeeper is read (planner.zk_migration)."""
+    loader.load_cluster(zk_client, {"brokers": [{"id": 1}, {"id": 2}], "topics": [
+        {"name": "t", "partitions": [{"replicas": [1, 2], "leader": 2, "isr": [2]}]}]}, controller=False)
+    zk_client.create(codec.CONTROLLER, b'{"version":2,"brokerid":1,"timestamp":"1","kraftControllerEpoch":-1}')
+    zk_client.create(codec.MIGRATION, PRE)
+    res = take_snapshot(zk_connect, tmp_path / "s")
+    assert res.manifest["source"]["migration"] == {
+        "state": "PRE_MIGRATION", "phase": "pre-migration", "authoritative": "zookeeper", "kraft_controller_id": -1,
+        "kraft_controller_epoch": -1, "kraft_metadata_offset": -1, "zk_controller": 1, "zk_brokers": 2}
+    assert res.partitions.to_pydict()["leader"] == [2] and res.partitions.to_pydict()["isr"] == [[2]]
 
 
 def test_no_kafka_in_chroot(zk_client, zk_connect, tmp_path, capsys):

@@ -93,6 +93,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         a.add_argument("--timeout", type=float, help="seconds to wait for the controller to act")
         a.set_defaults(func=_broker_action, action_name=name)
 
+    mig = actions.add_parser("migrate", help="kafka engine: walk the ZooKeeper-to-KRaft migration forward (KIP-866)",
+                             description="Kafka's own procedure, one phase at a time, forward only: pre-migration "
+                             "(a KRaft controller with the migration enabled), hybrid (brokers in migration mode; the "
+                             "controller migrates the metadata and writes both), dual-write (brokers in KRaft mode), "
+                             "finalized (the controller leaves ZooKeeper). docs/KAFKA_SANDBOX.md")
+    _add_dir(mig)
+    mig.add_argument("--to", required=True, choices=["pre-migration", "hybrid", "dual-write", "finalized"])
+    mig.add_argument("--timeout", type=float, default=180, help="seconds to wait for each phase (180)")
+    mig.set_defaults(func=_migrate)
+
     status = actions.add_parser("status", help="brokers, controller, offline and under-replicated partitions")
     _add_dir(status)
     status.add_argument("--json", action="store_true", help="print the full status as JSON")
@@ -277,6 +287,16 @@ def _status(args: argparse.Namespace) -> int:
         print(f"reassigning: {st['reassigning_count']}" + (f" ({len(stuck)} waiting for dead brokers)" if stuck else ""))
     rep = st.get("replication", {})
     print(f"replicas catching up: {rep.get('catching_up', 0)}")
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from planner.sandbox import Sandbox
+
+    sb = Sandbox(args.dir)
+    report = sb.migrate(args.to, args.timeout)
+    steps = ", ".join(f"{k} {v}s" for k, v in report["steps"].items())
+    print(f"sandbox {sb.dir}: migration phase {report['from']} -> {report['to']} ({steps})")
     return 0
 
 

@@ -143,6 +143,10 @@ class Sandbox:
         from planner.sandbox.kafka_engine import KafkaEngine, read_info
 
         self.info = read_info(self.dir)
+        from planner.sandbox import migration
+
+        if migration.phase(self.info) in migration.KRAFT_PHASES:
+            return migration.MigratedEngine(self.dir, self.info)
         if self.engine == "kraft":
             from planner.sandbox.kraft_engine import KraftEngine
 
@@ -281,6 +285,27 @@ class Sandbox:
         if self.engine in REAL_ENGINES:
             return self._kafka().start(self._ids(ids), timeout)
         return self._call("start", {"brokers": self._ids(ids)}, timeout)
+
+    def migrate(self, to: str, timeout: float = 180) -> dict[str, Any]:
+        """kafka engine: walk the ZooKeeper-to-KRaft migration forward to phase `to` (pre-migration, hybrid,
+        dual-write, finalized; planner.sandbox.migration)."""
+        from planner.sandbox import migration
+
+        if self.engine != "kafka":
+            raise BadInput(f"migrate needs a sandbox of the kafka engine (ZooKeeper-mode brokers), not {self.engine}")
+        from planner.sandbox.kafka_engine import KafkaEngine, read_info
+
+        self.info = read_info(self.dir)
+        report = migration.migrate(KafkaEngine(self.dir, self.info), to, timeout)
+        self.info = read_info(self.dir)
+        return report
+
+    @property
+    def migration_phase(self) -> str:
+        """zookeeper (no migration begun), pre-migration, hybrid, dual-write or finalized."""
+        from planner.sandbox import migration
+
+        return migration.phase(self.info)
 
     def status(self, limit: int = 1000) -> dict[str, Any]:
         if self.engine in REAL_ENGINES:

@@ -167,6 +167,7 @@ class View:
     min_isr: dict[str, int]
     reassign_znode: bool
     preferred_znode: bool
+    kraft_controller: bool = False             # /controller names a KRaft controller (a migration, KIP-866)
 
     def fingerprint(self) -> tuple:
         return (tuple(sorted(self.registered.items())), self.controller, self.controller_epoch,
@@ -190,10 +191,12 @@ def read_view(client: KazooClient, unclean_default: bool, topics_only: Iterable[
             reg[int(i)] = res[1].czxid
     ctrl = None
     epoch = None
+    kraft_ctrl = False
     res = multi_read(client, [codec.CONTROLLER, codec.CONTROLLER_EPOCH, codec.REASSIGN, codec.PREFERRED_ELECTION,
                               codec.broker_config_path(codec.DEFAULT_BROKER_ENTITY)])
     if not isinstance(res[0], Exception):
-        ctrl = codec.decode_controller(res[0][0]).broker_id
+        c = codec.decode_controller(res[0][0])
+        ctrl, kraft_ctrl = c.broker_id, c.migrating_to_kraft
     if not isinstance(res[1], Exception):
         epoch = codec.decode_controller_epoch(res[1][0])
     default_cfg = _cfg(res[4], codec.broker_config_path(codec.DEFAULT_BROKER_ENTITY))
@@ -221,7 +224,7 @@ def read_view(client: KazooClient, unclean_default: bool, topics_only: Iterable[
         unclean[t] = base if u is None else u.strip().lower() == "true"
         min_isr[t] = int(c.get("min.insync.replicas", default_cfg.get("min.insync.replicas", "1")))
     return View(reg, ctrl, epoch, topics, states, unclean, min_isr,
-                not isinstance(res[2], Exception), not isinstance(res[3], Exception))
+                not isinstance(res[2], Exception), not isinstance(res[3], Exception), kraft_ctrl)
 
 
 def pending(view: View, catch_up: bool = True, gone: Iterable[int] = ()) -> list[str]:
@@ -240,7 +243,7 @@ def pending(view: View, catch_up: bool = True, gone: Iterable[int] = ()) -> list
             out.append(f"broker {b} still registered")
     if not live:
         return out
-    if view.controller is None or view.controller not in live:
+    if view.controller is None or (view.controller not in live and not view.kraft_controller):
         out.append("no controller")
         return out
     if view.preferred_znode:

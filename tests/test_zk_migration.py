@@ -1,0 +1,170 @@
+"""A ZooKeeper-to-KRaft migration (KIP-866) on real Kafka 3.9.2: one cluster for the module (ZooKeeper, three
+ZooKeeper-mode brokers), walked forward through Kafka's own procedure by the sandbox (`kplan sandbox migrate`):
+pre-migration, hybrid, dual-write, finalized. In each phase:
+- the snapshot reads the side planner/zk_migration.py names authoritative, and says which (manifest source);
+- its partitions equal the cluster's own view: kafka-python's Metadata answer (its own decoding, not the
+  planner's) and, while ZooKeeper is written at all, the partition state znodes read with plain kazoo;
+- every ZooKeeper write is refused, naming the migration state, with nothing written.
+
+The tests run in order on the one cluster (each step forward is part of a test); the expected migration
+states come from Kafka 3.9's KRaftMigrationDriver / ZkMigrationState as docs/KRAFT.md "Migration" lays them
+out, not from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+from kafka import KafkaAdminClient
+
+from planner import cli
+from planner import zk as zkmod
+from planner.kafka.broker import find_brokers
+from planner.sandbox import Sandbox
+
+pytestmark = pytest.mark.kafka
+
+DESC = {"brokers": [{"id": i, "rack": f"r{i}"} for i in (1, 2, 3)], "topics": [
+    {"name": "seed-rf1", "partitions": [{"replicas": [1]}]},
+    {"name": "wide", "config": {"min.insync.replicas": "2"},
+     "partitions": [{"replicas": [1, 2, 3]}, {"replicas": [2, 3, 1]}]},
+]}
+PARTS = [("seed-rf1", 0), ("wide", 0), ("wide", 1)]
+
+
+@pytest.fixture(scope="module")
+def plan_dir(tmp_path_factory):
+    """A ZooKeeper plan moving seed-rf1-0 from broker 1 to 2: applied, it would change the topic's znode."""
+    from apply_support import write_plan
+
+    d = tmp_path_factory.mktemp("plan") / "plan"
+    write_plan(d, [("seed-rf1", 0, [1], [2], 0)], [("data", [("seed-rf1", 0, [2])])])
+    return d
+
+
+@pytest.fixture(scope="module")
+def mig(tmp_path_factory, kafka_jars):
+    sb = Sandbox.up(tmp_path_factory.mktemp("mig") / "sb", cluster=DESC, engine="kafka", timeout=120,
+                    session_timeout=6, shutdown_retries=1, shutdown_retry_interval=0.5, auto_rebalance=False,
+                    data_bytes=0)
+    try:
+        yield sb
+    finally:
+        if (sb.dir / "sandbox.json").exists():
+            sb.down()
+        for pid in find_brokers(sb.dir / "kafka"):   # never leave a JVM behind, even on failure
+            os.kill(pid, signal.SIGKILL)
+
+
+def metadata_view(sb: Sandbox) -> dict[tuple[str, int], tuple[int, list[int], list[int]]]:
+    """(leader, replicas, ISR) of every partition as a broker answers Metadata, decoded by kafka-python."""
+    admin = KafkaAdminClient(bootstrap_servers=sb.bootstrap_servers.split(","), request_timeout_ms=10000)
+    try:
+        return {(t["name"], p["partition_index"]): (p["leader_id"], list(p["replica_nodes"]), list(p["isr_nodes"]))
+                for t in admin.describe_topics() for p in t["partitions"] if not t["name"].startswith("__")}
+    finally:
+        admin.close()
+
+
+def zk_view(sb: Sandbox) -> dict[tuple[str, int], tuple[int, list[int], list[int]]]:
+    zk = zkmod.connect(sb.connect_string)
+    try:
+        out = {}
+        for t, p in PARTS:
+            st = json.loads(zk.get(f"/brokers/topics/{t}/partitions/{p}/state")[0])
+            reps = json.loads(zk.get(f"/brokers/topics/{t}")[0])["partitions"][str(p)]
+            out[(t, p)] = (st["leader"], reps, st["isr"])
+        return out
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def snapshot_view(snap) -> dict[tuple[str, int], tuple[int, list[int], list[int]]]:
+    d = snap.partitions.to_pydict()
+    return {(t, p): (ld, reps, isr) for t, p, ld, reps, isr in
+            zip(d["topic"], d["partition"], d["leader"], d["replicas"], d["isr"], strict=True)}
+
+
+def snapshot(tmp_path, name, **where):
+    from planner.snapshot import take_snapshot
+
+    return take_snapshot(where.get("zk"), tmp_path / name, bootstrap=where.get("bootstrap"), sizes_from="none")
+
+
+def refused_write(sb: Sandbox, tmp_path, capsys, plan_dir, *expect: str) -> None:
+    """`kplan apply` of a ZooKeeper plan exits 1 naming the state; no reassignment, lock or throttle written."""
+    zk = zkmod.connect(sb.connect_string)
+    try:
+        before = {t: json.loads(zk.get(f"/brokers/topics/{t}")[0])["partitions"] for t in ("seed-rf1", "wide")}
+        capsys.readouterr()
+        assert cli.main(["apply", "--zk", sb.connect_string, "--plan", str(plan_dir), "--no-throttle"]) == 1
+        err = capsys.readouterr().err
+        for e in expect:
+            assert e in err, f"{e!r} not in {err!r}"
+        assert zk.exists("/admin/reassign_partitions") is None and zk.exists("/kplan") is None
+        assert {t: json.loads(zk.get(f"/brokers/topics/{t}")[0])["partitions"] for t in ("seed-rf1", "wide")} == before
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_pre_migration_is_read_through_zookeeper_and_writes_are_refused(mig, tmp_path, capsys, plan_dir):
+    """PRE_MIGRATION: the KRaft controller created /migration (kraft_metadata_offset -1) and waits for the
+    brokers; the ZooKeeper controller still runs the cluster, so ZooKeeper is read."""
+    before = snapshot(tmp_path, "zk-mode", zk=mig.connect_string)
+    assert "migration" not in before.manifest["source"]
+    assert mig.migrate("pre-migration")["steps"].keys() == {"pre-migration"}
+    snap = snapshot(tmp_path, "pre", zk=mig.connect_string)
+    m = snap.manifest["source"]["migration"]
+    assert (m["state"], m["authoritative"], m["kraft_metadata_offset"], m["zk_brokers"]) == \
+        ("PRE_MIGRATION", "zookeeper", -1, 3)
+    assert m["zk_controller"] in (1, 2, 3)          # a ZooKeeper-mode broker, not the KRaft controller (1000)
+    assert snapshot_view(snap) == zk_view(mig) == metadata_view(mig)
+    assert snapshot_view(snap) == snapshot_view(before)
+    refused_write(mig, tmp_path, capsys, plan_dir, "migration state PRE_MIGRATION",
+                  "ZooKeeper is still authoritative", "finish the migration")
+
+
+def test_hybrid_is_read_through_the_brokers_admin_api(mig, tmp_path, capsys, plan_dir):
+    """MIGRATION, hybrid: the KRaft controller copied the metadata (kraft_metadata_offset > 0), claimed /controller
+    and leads brokers still in ZooKeeper mode: the snapshot reads their Admin API, and says so."""
+    mig.migrate("hybrid")
+    snap = snapshot(tmp_path, "hybrid", zk=mig.connect_string)
+    src = snap.manifest["source"]
+    assert src["backend"] == "kraft" and src["zk"] == mig.connect_string.split("/")[0]
+    m = src["migration"]
+    assert (m["state"], m["phase"], m["authoritative"], m["kraft_controller_id"], m["zk_brokers"]) == \
+        ("MIGRATION", "hybrid", "kraft", 1000, 3) and m["kraft_metadata_offset"] > 0
+    assert snap.manifest["controller"]["broker"] == 1000
+    assert snapshot_view(snap) == metadata_view(mig) == zk_view(mig)   # dual-write keeps the copy alike
+    # the same brokers asked directly: they finalize no metadata.version, so they are ZooKeeper-mode brokers
+    capsys.readouterr()
+    assert cli.main(["snapshot", "--bootstrap-server", mig.bootstrap_servers, "--out", str(tmp_path / "b")]) == 2
+    assert "ZooKeeper connect string" in capsys.readouterr().err
+    refused_write(mig, tmp_path, capsys, plan_dir, "migration state MIGRATION, hybrid phase",
+                  "KRaft controller 1000 (epoch 1) is the controller", "finish the migration")
+
+
+@pytest.mark.parametrize("phase", ["dual-write", "finalized"])
+def test_brokers_in_kraft_mode_are_read_through_the_bootstrap_servers(mig, tmp_path, capsys, plan_dir, phase):
+    """MIGRATION, dual-write (then POST_MIGRATION, finalized): no broker is registered in ZooKeeper any more;
+    a ZooKeeper read is refused naming the state, the bootstrap servers are read as a KRaft cluster."""
+    mig.migrate(phase)
+    capsys.readouterr()
+    assert cli.main(["snapshot", "--zk", mig.connect_string, "--out", str(tmp_path / "z")]) == 1
+    err = capsys.readouterr().err
+    assert "migration state MIGRATION, dual-write phase" in err and "bootstrap servers" in err
+    assert not (tmp_path / "z").exists() or not (tmp_path / "z" / "manifest.json").exists()
+    snap = snapshot(tmp_path, phase, bootstrap=mig.bootstrap_servers)
+    assert snap.manifest["source"]["backend"] == "kraft"
+    assert snap.manifest["source"]["metadata_version"] == "3.9-IV0"
+    assert snap.manifest["controller"]["broker"] == 1000
+    assert snapshot_view(snap) == metadata_view(mig)
+    if phase == "dual-write":
+        assert snapshot_view(snap) == zk_view(mig)
+        refused_write(mig, tmp_path, capsys, plan_dir, "migration state MIGRATION, dual-write phase",
+                      "must not be written")
