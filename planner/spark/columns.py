@@ -40,10 +40,29 @@ def minus(arr: Any, gone: Any, only: Any = None) -> Any:
     return one.otherwise(F.array_except(arr, gone))
 
 
-def apply_flat(df: Any, stages: list[Stage], drop: bool = True) -> Any:
-    """Run the stages as successive projections (codegen'd; each intermediate computed once)."""
+def merged(*stages: Stage) -> Stage:
+    """Several stages as one: a later one reads the earlier ones' columns as their expressions, so they are one
+    projection (Spark evaluates an expression used twice in a projection once)."""
+
+    def stage(g: Callable[[str], Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for st in stages:
+            out.update(st(lambda n: out[n] if n in out else g(n)))
+        return out
+
+    return stage
+
+
+def apply_flat(df: Any, stages: list[Stage], drop: bool = True, consts: dict[str, Any] | None = None) -> Any:
+    """Run the stages as successive projections (codegen'd; each intermediate computed once). `consts`: inputs
+    given as expressions instead of the row's columns (the same for every row)."""
+    consts = consts or {}
+
+    def g(name: str) -> Any:
+        return consts[name] if name in consts else F.col(name)
+
     for stage in stages:
-        df = df.withColumns(stage(F.col))
+        df = df.withColumns(stage(g))
     return df.drop(*[c for c in df.columns if c.startswith("_")]) if drop else df
 
 

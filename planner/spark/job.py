@@ -260,17 +260,27 @@ _ROW = ["scenario_id", "topic", "partition", "replicas", "rf", "min_isr", "uncle
         "leader_gone", *STEP_OUT, "demoted_from"]
 
 
-def one_shot_rows(parts: Any, one_df: Any, width: int, rule_set: ModuleType) -> Any:
-    """One row per (one-shot scenario, affected partition), through the rule set's stages."""
-    j = rule_set.demote(_affected(parts, one_df, width))
+def one_shot_rows(parts: Any, one_df: Any, width: int, rule_set: ModuleType, dead: list[int],
+                  restart: bool = True, kafka_version: str = rm.DEFAULT_KAFKA_VERSION) -> Any:
+    """One row per (one-shot scenario, affected partition), through the rule set's stages, with its outcome
+    columns. `dead`: the brokers dead before every scenario (the same for all: a literal, not a column each
+    row carries); `restart`: some scenario is a restart step (only then can a row be demoted first). The last
+    stage and the outcomes are one projection (`with_outcomes`' `exprs`)."""
+    j = _affected(parts, one_df, width)
+    j = rule_set.demote(j) if restart else j.withColumn("demoted_from", F.lit(None).cast("int"))
     # one row per mode: a controlled shutdown changes the state the election stages start from
     j = j.select("*", F.explode("modes").alias("_m")).withColumns(
         {"scenario_id": F.col("_m.sid"), "controlled": F.col("_m.mode") == "controlled",
          "leader_gone": F.array_contains("s", F.col("leader"))})
-    out = apply_flat(j, rule_set.STEP_STAGES).withColumn("returned_leader", F.lit(None).cast("int"))
+    # with no broker dead before the scenarios, the brokers down are the scenario's own (down = s)
+    consts = {"dead": ints(dead), **({} if dead else {"down": F.col("s")})}
+    *first, last = rule_set.STEP_STAGES
+    j = apply_flat(j, first, drop=False, consts=consts)
+    exprs = {**last(lambda n: consts[n] if n in consts else F.col(n)), "returned_leader": F.lit(None).cast("int")}
     if rule_set is kraft_election:
-        return out.select(*_ROW, "elr", F.col("lke").alias("last_known_elr"), "new_elr", "new_last_known_elr")
-    return out.select(*_ROW)
+        exprs["last_known_elr"] = F.col("lke")
+        return with_outcomes(j, kafka_version, KRAFT_ROW, exprs)
+    return with_outcomes(j, kafka_version, None, exprs)
 
 
 def rolling_rows(parts: Any, roll_df: Any, dead: list[int], width: int, rule_set: ModuleType) -> Any:
@@ -286,14 +296,28 @@ def rolling_rows(parts: Any, roll_df: Any, dead: list[int], width: int, rule_set
                          *extra).select(*_ROW, *[c.removeprefix("o.") for c in extra])
 
 
-def with_outcomes(rows: Any, kafka_version: str, extra: list[str] | None = None) -> Any:
-    """The outcome columns, from planner.risk_model's expressions (`extra`: a rule set's own columns, kept)."""
-    facts = rows.withColumns({"new_isr_size": F.size("new_isr"), "unclean_allowed": F.col("unclean"),
-                              "failure_mode": ~F.col("controlled")})
-    facts = facts.withColumn("eff_min_isr", rm.to_spark(rm.effective_min_isr(kafka_version)).cast("int"))
-    facts = facts.withColumns({k: rm.to_spark(e) for k, e in rm.OUTCOMES.items()})
-    facts = facts.withColumn("severity", rm.to_spark(rm.SEVERITY).cast("byte"))
-    return facts.select(*rm.ROW_COLUMNS, *(extra or []))
+def with_outcomes(rows: Any, kafka_version: str, extra: list[str] | None = None,
+                  exprs: dict[str, Any] | None = None) -> Any:
+    """The row columns (risk_model.ROW_COLUMNS, then `extra`: a rule set's own) with the outcome columns, from
+    planner.risk_model's expressions, in one projection: the facts and flags, and `exprs` (columns given as
+    expressions: the last stage's), are written into the expressions that read them (a projection of its own
+    copies every row with its arrays; Spark evaluates an expression used twice in a projection once)."""
+    exprs = exprs or {}
+
+    def col(name: str) -> Any:
+        return exprs[name] if name in exprs else F.col(name)
+
+    facts: dict[str, Any] = {"new_isr_size": F.size(col("new_isr")), "unclean_allowed": col("unclean"),
+                             "failure_mode": ~col("controlled")}
+
+    def resolve(name: str) -> Any:
+        return facts[name] if name in facts else col(name)
+
+    facts["eff_min_isr"] = rm.to_spark(rm.effective_min_isr(kafka_version), resolve).cast("int")
+    for k, e in rm.OUTCOMES.items():
+        facts[k] = rm.to_spark(e, resolve)
+    facts["severity"] = rm.to_spark(rm.SEVERITY, resolve).cast("byte")
+    return rows.select(*[resolve(c).alias(c) for c in [*rm.ROW_COLUMNS, *(extra or [])]])
 
 
 def list_width(prepared: risk_lib.Prepared) -> int:
@@ -311,10 +335,13 @@ def evaluate(spark: Any, prepared: risk_lib.Prepared, parts: Any | None = None) 
     rule_set = rules(prepared)
     one_df, roll_df = scenario_frames(spark, prepared.scenarios, dead, hosting(prepared), rule_set.visit_order)
     width = list_width(prepared)
-    rows = one_shot_rows(parts, one_df, width, rule_set)
+    rows = one_shot_rows(parts, one_df, width, rule_set, dead, any(s.kind == "restart" for s in prepared.scenarios),
+                         prepared.kafka_version)
     if any(s.kind == "rolling" for s in prepared.scenarios):
-        rows = rows.unionByName(rolling_rows(parts, roll_df, dead, width, rule_set))
-    return with_outcomes(rows, prepared.kafka_version, KRAFT_ROW if rule_set is kraft_election else None)
+        rolled = rolling_rows(parts, roll_df, dead, width, rule_set)
+        rows = rows.unionByName(with_outcomes(rolled, prepared.kafka_version,
+                                              KRAFT_ROW if rule_set is kraft_election else None))
+    return rows
 
 
 def _log(message: str) -> None:

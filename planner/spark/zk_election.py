@@ -17,7 +17,7 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.sql import functions as F
 
-from planner.spark.columns import STEP_OUT, Stage, apply_let, let, minus
+from planner.spark.columns import STEP_OUT, Stage, apply_let, let, merged, minus
 
 # The rules of planner.replay as stages of named columns; a stage reads inputs and earlier stages through
 # `g(name)`. Inputs: replicas, isr, leader, has_state, unclean, rf (the partition), s (brokers going away, in
@@ -150,7 +150,9 @@ def _stage_result(g: Callable[[str], Any]) -> dict[str, Any]:
     }
 
 
-STEP_STAGES: list[Stage] = [_stage_requests, _stage_who, _stage_candidates, _stage_choice, _stage_result]
+# three projections: each projection of its own copies the row with its arrays (the requests stay apart: a
+# higher-order function is evaluated outside the generated code)
+STEP_STAGES: list[Stage] = [_stage_requests, merged(_stage_who, _stage_candidates), merged(_stage_choice, _stage_result)]
 
 
 _HASH_MASK = 0xFFFFFFFF
