@@ -165,6 +165,7 @@ class Feasibility:
             n_t[t] = n_t.get(t, 0) + 1
         self.single: dict[str, list] = {}    # topic -> per partition: (its broker, must it stay on a racked one)
         self.relaxed = False
+        self.leading = 0     # partitions with an eligible replica: each needs a leader
         self.cap = {t: math.ceil(n / max(1, len(self.brokers))) for t, n in n_t.items()}
         for (t, _p), reps in assign.items():
             on = [b for b in reps if b in eligible]
@@ -174,6 +175,7 @@ class Feasibility:
                 continue
             if not on:
                 continue
+            self.leading += 1          # (excluded topics' partitions are not counted: the room check is for none)
             if len(reps) == 1:
                 self.single.setdefault(t, []).append((reps[0], rack_aware and racks[reps[0]] is not None))
                 continue
@@ -193,25 +195,43 @@ class Feasibility:
                 rule = "some"
                 extra = need - len(stay)
                 self.relaxed = True
-            self.parts.append((len(on), rule, stay, extra, set(on)))
+            self.parts.append((len(on), rule, stay, extra, set(on), t))
         self.rack_set = rack_set
         self.total = sum(p[0] for p in self.parts) + sum(self.fixed.values()) + \
             sum(len(v) for v in self.single.values())
 
-    def _arcs(self, lo: int, hi: int) -> tuple[int, list[tuple[int, int, int, int, int]]]:
+    def _arcs(self, lo: int, hi: int, room: bool = False) -> tuple[int, list[tuple[int, int, int, int, int]]]:
         """(nodes, arcs (u, v, lower, upper, cost)) of the per-partition flow for the band [lo, hi]: a
-        replica that stays on its broker costs 0, one placed anew 1. Node 0 the source, 1 the sink."""
+        replica that stays on its broker costs 0, one placed anew 1. Node 0 the source, 1 the sink.
+
+        `room`: every broker must also be able to lead floor(partitions / brokers) within the topics' caps
+        (ceil(partitions / brokers)): a replica reaches its broker through the node of (topic, broker), which
+        passes up to the cap into the broker's room node, the rest around it, and the room node must pass the
+        level on. (No leader order of spread <= 1 within the caps exists without that.)"""
         brokers = self.brokers
         groups: dict = {}
         for b in brokers:
             groups.setdefault(self.racks[b] if self.racks[b] in self.rack_set else None, []).append(b)
         nxt = 2
         bnode = {}
+        rnode = {}
         for b in brokers:
             bnode[b] = nxt
-            nxt += 1
+            rnode[b] = nxt + 1 if room else nxt
+            nxt += 2 if room else 1
         arcs: list = []
-        for k, rule, stay, extra, on in self.parts:
+        via: dict = {}       # (topic, broker) -> node, with `room`
+
+        def into(t: str, b: int) -> int:
+            if not room:
+                return bnode[b]
+            if (t, b) not in via:
+                via[(t, b)] = len(arcs_nodes)
+                arcs_nodes.append(None)
+            return -1 - via[(t, b)]      # resolved below, once the node numbers are known
+
+        arcs_nodes: list = []
+        for k, rule, stay, extra, on, t in self.parts:
             p = nxt
             nxt += 1
             arcs.append((0, p, k, k, 0))
@@ -230,7 +250,7 @@ class Feasibility:
                     lo_r, hi_r = 0, k
                 arcs.append((p, g, lo_r, min(hi_r, len(members)), 0))
                 for b in members:
-                    arcs.append((g, bnode[b], 0, 1, 0 if b in on else 1))
+                    arcs.append((g, into(t, b), 0, 1, 0 if b in on else 1))
         tb: dict = {}
         for t, racked in self.single.items():
             for need_rack in (True, False):
@@ -247,11 +267,21 @@ class Feasibility:
                     if (t, b) not in tb:
                         tb[(t, b)] = nxt
                         nxt += 1
-                        arcs.append((tb[(t, b)], bnode[b], 0, self.cap[t], 0))
+                        arcs.append((tb[(t, b)], rnode[b], 0, self.cap[t], 0))
                     here = sum(1 for w in where if w == b)
                     if here:
                         arcs.append((p, tb[(t, b)], 0, here, 0))
                     arcs.append((p, tb[(t, b)], 0, n, 1))
+        for (t, b), i in via.items():
+            arcs_nodes[i] = nxt
+            arcs.append((nxt, rnode[b], 0, self.cap[t], 0))
+            arcs.append((nxt, bnode[b], 0, self.total, 0))
+            nxt += 1
+        arcs = [(u, arcs_nodes[-1 - v] if v < 0 else v, a, c, w) for u, v, a, c, w in arcs]
+        if room:
+            level = self.leading // len(brokers)
+            for b in brokers:
+                arcs.append((rnode[b], bnode[b], level, self.total, 0))
         for b in brokers:
             arcs.append((bnode[b], 1, max(0, lo - self.fixed[b]), hi - self.fixed[b], 0))
         return nxt, arcs
@@ -260,11 +290,11 @@ class Feasibility:
         n, arcs = self._arcs(lo, hi)
         return _bounded_flow_feasible(n, [a[:4] for a in arcs], 0, 1)
 
-    def least_new_replicas(self, lo: int, hi: int) -> int | None:
+    def least_new_replicas(self, lo: int, hi: int, room: bool = False) -> int | None:
         """The fewest replicas placed anew (moves) that bring every broker into [lo, hi] under the rules
         (a min-cost flow; lower bounds sent first): a lower bound on any plan's moves for that band (exact but
         for the relaxed rules and the leader caps of partitions with more than one replica)."""
-        n, arcs = self._arcs(lo, hi)
+        n, arcs = self._arcs(lo, hi, room)
         m = min_cost_flow.SimpleMinCostFlow()
         supply = [0] * n
         base = 0

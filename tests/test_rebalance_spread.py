@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 
 import numpy as np
 import pytest
@@ -100,6 +99,7 @@ def test_every_plan_is_measured_against_a_bound_for_its_whole_goal(plans):
     needed on an uneven 5-rack cluster, so a plan at x1.39 of it was at x1.14 of the truth), and every plan
     within 1 % of it."""
     over = []
+    rooms = 0
     for shape, c, doc in plans:
         spec, rack_aware = _spec(c)
         s = doc["summary"]
@@ -124,9 +124,17 @@ def test_every_plan_is_measured_against_a_bound_for_its_whole_goal(plans):
             assert s["lower_bound_parts"]["rack_transport"] == least, (shape, least)
         moves = s["replica_moves"]
         assert moves >= least, shape
+        # every broker left room to lead its share as well (every plan reaches leader spread <= 1: the test
+        # below): a bound for the whole goal, which the plan's own, where it reports one, must not exceed
+        roomy = fz.least_new_replicas(lo, hi, room=True)
+        assert roomy is not None and moves >= roomy >= least, (shape, roomy)
+        got = s["lower_bound_parts"]["leader_room_transport"]
+        assert got <= roomy and (fz.relaxed or got in (0, roomy)), (shape, got, roomy)
+        rooms += got > least
         if moves > 1.01 * lb:
             over.append((round(moves / lb, 4), shape))
     assert not over, over
+    assert rooms, "no plan needed more moves for leader room than for the counts"
 
 
 def _leader_room(final: dict, eligible: set[int]) -> tuple[dict[int, int], int]:
@@ -149,21 +157,27 @@ def _leader_room(final: dict, eligible: set[int]) -> tuple[dict[int, int], int]:
 
 
 def test_leaders_level_wherever_the_placement_allows(plans):
-    """Every topic at most ceil(partitions / brokers) preferred leaders per broker and the leader counts within
-    one of each other wherever an assignment of leaders with both exists on the plan's placement (an
-    independent max flow with lower bounds). Where none exists: a topic above ceil only at the least its
-    partitions' brokers allow (a b-matching here), and a leader spread above 1 only with the reason named and
-    true: the brokers it names can lead no more than their leader room (computed here), below the level.
-    Before room.mend_room_count 3 of the 36 plans kept leader spread 3, 4 and 6 with brokers short of room;
-    now 2 keep 3 (short by 2 each: the cycles that would give them room cost more moves than 1 % of the
-    bound, which the plans may not exceed)."""
-    checked, short = 0, 0
+    """Every plan: every topic at most ceil(partitions / brokers) preferred leaders per broker and the leader
+    counts within one of each other, on a placement where an assignment of leaders with both exists (an
+    independent max flow with lower bounds), with every broker's leader room (worked out here) at the level.
+    History: before room.mend_room_count 3 of the 36 plans kept leader spread 3, 4 and 6 with brokers short of
+    room; with it 2 kept 3 (a broker 2 short, the 1 % over the bound spent). Now the placement flow leaves every
+    broker room where the plain one does not (a bound for the whole goal: on the 8-broker one 321 moves where
+    the plain flow needs 318; a one-off CP-SAT model of counts, racks, caps and level leaders, 47 s, not run
+    here, found 321 the exact minimum), and exchanges
+    across the leader flow's cut (leader_cut.py) serve what room alone does not (two plans had every broker's
+    room, both with partitions a multiple of the brokers, and kept leader spread 2)."""
+    over_ceil = []
     for shape, c, doc in plans:
         spec, _ = _spec(c)
         final = plan_maps(doc, spec)
+        room, level = _leader_room(final, spec.alive)
+        assert min(room.values()) >= level, shape
+        assert doc["after"]["leader_spread"] <= 1, shape
+        led = leader_counts(final, spec.alive)
+        assert max(led.values()) - min(led.values()) <= 1, shape
+        assert doc["summary"]["leader_spread_reason"] is None, shape
         if leader_band_feasible(final, spec.alive):
-            checked += 1
-            assert doc["after"]["leader_spread"] <= 1, shape
             assert doc["summary"]["topics_over_ceil_partitions_per_broker"] == 0, shape
             continue
         # a topic above ceil only where no leader choice on the placement keeps it within (a b-matching here)
@@ -172,17 +186,11 @@ def test_leaders_level_wherever_the_placement_allows(plans):
                                 > np.array(doc["topics"]["ceil_partitions_per_broker"])).tolist():
             cands = [[b for b in reps if b in spec.alive] for (t, _p), reps in final.items() if t == names[k]]
             assert doc["topics"]["max_leaders_per_broker_after"][k] == min_topic_bottleneck(cands, {}), shape
-        if doc["after"]["leader_spread"] <= 1:
-            continue
-        short += 1
-        reason = doc["summary"]["leader_spread_reason"]
-        assert reason and any(w.startswith("leader spread ") for w in doc["warnings"]), shape
-        room, level = _leader_room(final, spec.alive)
-        named = {int(b): int(r) for b, r in re.findall(r"(\d+) \((\d+)\)", reason.split(" can lead")[0])}
-        assert named == {b: r for b, r in room.items() if r < level} and named, (shape, reason, room, level)
-        assert f"below the {level} each must lead" in reason
-    assert checked >= N_CLUSTERS // 2
-    assert short <= 2, short
+            over_ceil.append((shape.seed, names[k]))
+    # one: the 8-broker cluster whose rack r2 (2 brokers) must hold 685 replicas, the top of the band [267, 343]
+    # (reach 76): every replica there is one that must be there, the six others sit at 267, so topic t012's 7
+    # partitions of RF 2 (cap 1) can only be on 6 brokers; the band wins and the plan warns
+    assert over_ceil == [(649891614, "t012")], over_ceil
 
 
 def test_bytes_rebalances_level_bytes_and_counts_or_say_they_did_not(tmp_path):
@@ -191,13 +199,13 @@ def test_bytes_rebalances_level_bytes_and_counts_or_say_they_did_not(tmp_path):
     (never a quiet miss), with replica spread <= 1 where the racks allow it, every topic within
     ceil(partitions / brokers) preferred leaders per broker and the leader counts within one of each other.
 
-    One of the twelve misses the bytes (20 brokers, 3 racks of 7, 7 and 6: 7.1 % from the mean, rack r2's six
-    brokers the heavy ones; 8.5 % before the count-keeping swaps also ran where the alternation had met the
-    counts); before byte_level.swap_bytes it also missed the counts (spread 81), and before
-    byte_level.mend_room two others left leader spread 6 and 10. The swaps that would bring it to 5.0 % leave
-    66 partitions without a leader within their topic's cap (a max-flow witness). No proof here that 5 % is out
-    of reach with the leader caps (an LP over the racks alone, counts kept, allows 0.4 %), so the test holds
-    that line at one."""
+    One of the twelve missed the bytes (20 brokers, 3 racks of 7, 7 and 6: 7.1 % from the mean): rack r2's six
+    brokers hold a replica of every partition of three or more replicas (their forced bytes alone 96 % of the
+    mean), four of them 7.0-7.1 % above, the other two near the mean, and the byte swaps tried only the heaviest
+    brokers against the lightest (all on r0 / r1, where only the few 1- and 2-replica partitions of r2 may
+    go). Swaps between a heavy broker and any lighter one (byte_level._pairs, wide) pass bytes to r2's own
+    brokers near the mean: 4.89 %. Before byte_level.swap_bytes it also missed the counts (spread 81), and
+    before byte_level.mend_room two others left leader spread 6 and 10."""
     rng = np.random.default_rng(25)
     missed = []
     for i in range(36):
@@ -232,7 +240,7 @@ def test_bytes_rebalances_level_bytes_and_counts_or_say_they_did_not(tmp_path):
         assert doc["after"]["leader_spread"] <= 1 and doc["summary"]["topics_over_ceil_partitions_per_broker"] == 0
         if off_bytes:
             missed.append(shape)
-    assert len(missed) <= 1, missed
+    assert not missed, missed
 
 
 # --------------------------------------------------------------------------------------------- by hand

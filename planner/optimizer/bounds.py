@@ -26,6 +26,12 @@ The count bound is raised to reach.transport_bound where the racks' rules make i
 replicas over a flow of the partitions' classes where a replica that stays costs nothing (a replica may only
 change to racks its partition may use, so where few may, the levels need chains of moves).
 
+And the leader-room bound: no leader order of spread <= 1 within the caps exists unless every broker holds
+partitions enough to lead its share (its leader room, room.py), so the fewest new replicas of a placement in
+the band under the rack rules that also leaves every broker that room (partition_flow.least_placement with
+`room`, exact for those rules) is a bound for the whole goal too; it is computed where the plain flow's
+placement leaves a broker short.
+
 The bound reported is the largest of these; `basis` names which one it is.
 """
 
@@ -54,6 +60,7 @@ class Bound:
     joint_side: str = "above"   # which count the joint bound adds its extra moves to
     joint_extra: int = 0        # those extra moves
     transport: int = 0          # reach.transport_bound: the fewest new replicas the racks' rules allow
+    leader_room: int = 0        # the same with every broker left room to lead its share (partition_flow, room)
 
 
 def count_bound(counts: np.ndarray, low: int, high: int) -> tuple[int, int]:
@@ -134,12 +141,13 @@ def _chunk(pb: Problem, eligible: np.ndarray, caps: np.ndarray, topics: np.ndarr
 
 def lower_bound(pb: Problem, eligible: np.ndarray, low: int, high: int, caps: np.ndarray,
                 deficient_topics: np.ndarray, deficiency: int, joint: bool = True,
-                transport: int | None = None) -> Bound:
+                transport: int | None = None, leader_room: int = 0) -> Bound:
     """The three bounds (module) for counts brought into [low, high] and topics' leaders within `caps`.
     The joint bound is taken on both sides: (replicas above `high`) + the extra moves with threshold `high`,
     and, by the same argument on the moves into each broker (sum of in_b >= max(in_b, out_b + low - c_b)),
     (replicas missing below `low`) + the extra moves with threshold `low + 1` (the same flow when
-    high = low + 1)."""
+    high = low + 1). `leader_room`: the fewest new replicas of a placement that also leaves every broker room to
+    lead its share (partition_flow.least_placement with room), a bound for the whole goal where it exists."""
     f = pb.replicas
     counts = np.bincount(f[f >= 0], minlength=pb.num_brokers)[eligible]
     above, below = count_bound(counts, low, high)
@@ -149,9 +157,12 @@ def lower_bound(pb: Problem, eligible: np.ndarray, low: int, high: int, caps: np
         e_hi = joint_extra(pb, eligible, caps, deficient_topics, high)
         e_lo = e_hi if low + 1 == high else joint_extra(pb, eligible, caps, deficient_topics, low + 1)
         jb, side, extra = max((above + e_hi, "above", e_hi), (below + e_lo, "below", e_lo))
-    moves = max(cb, jb, deficiency)
+    moves = max(cb, jb, deficiency, leader_room)
     if moves == cb:
         basis = "count" if cb == max(above, below) else "count under the rack rules"
-    else:
+    elif moves == jb or moves == deficiency:
         basis = "count + leader caps" if moves == jb else "leader caps"
-    return Bound(moves, basis, cb, above, below, deficiency, jb, (low, high), side, extra, transport or 0)
+    else:
+        basis = "count + leader room under the rack rules"
+    return Bound(moves, basis, cb, above, below, deficiency, jb, (low, high), side, extra, transport or 0,
+                 leader_room)

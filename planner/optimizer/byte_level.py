@@ -93,11 +93,14 @@ def _levelled(dev: np.ndarray, tol: float) -> bool:
     return bool(dev.max() <= tol and -dev.min() <= tol)
 
 
-def _pairs(dev: np.ndarray, e_idx: np.ndarray, tol: float, blocked: set[tuple[int, int]]
+def _pairs(dev: np.ndarray, e_idx: np.ndarray, tol: float, blocked: set[tuple[int, int]], wide: bool = False
            ) -> Iterator[tuple[int, int, int, int]]:
     """The pairs a levelling step tries, the 8 heaviest brokers by the 8 lightest, heaviest first: (ai, bi, a, b)
     with a above the mean and b below it, not blocked (read as the pairs are tried), and not both within the
-    tolerance (moving between those only reshuffles). ai / bi index `dev`, a / b are broker positions."""
+    tolerance (moving between those only reshuffles). ai / bi index `dev`, a / b are broker positions.
+    `wide`: then each of the 8 heaviest, outside the tolerance, with every lighter broker, lightest first (`swap_bytes`: a
+    heavy broker whose replicas may only go to a few brokers, as those of a rack every partition of three or
+    more replicas needs, passes bytes through a broker of its own rack near the mean)."""
     over = np.argsort(-dev, kind="stable")
     under = np.argsort(dev, kind="stable")
     for ai in over[:8].tolist():
@@ -105,6 +108,16 @@ def _pairs(dev: np.ndarray, e_idx: np.ndarray, tol: float, blocked: set[tuple[in
             a, b = int(e_idx[ai]), int(e_idx[bi])
             if (a, b) in blocked or dev[ai] <= 0 or dev[bi] >= 0 or (dev[ai] <= tol and -dev[bi] <= tol):
                 continue
+            yield ai, bi, a, b
+    if not wide:
+        return
+    for ai in over[:8].tolist():
+        for bi in under.tolist():
+            a, b = int(e_idx[ai]), int(e_idx[bi])
+            if dev[bi] >= dev[ai] or (dev[ai] <= tol and -dev[bi] <= tol) or (a, b) in blocked:
+                continue
+            if (ai in over[:8] and bi in under[:8] and dev[ai] > 0 and dev[bi] < 0):
+                continue          # tried above
             yield ai, bi, a, b
 
 
@@ -176,8 +189,11 @@ def swap_bytes(pb: Problem, st: State, eligible: np.ndarray, budget_m: int, budg
         if _levelled(dev, tol):
             break
         done = False
-        for ai, bi, a, b in _pairs(dev, e_idx, tol, blocked):
-            pick = _best_swap(pb, st, a, b, min(dev[ai], -dev[bi]), 0.999 * (dev[ai] - dev[bi]), sizes, req,
+        for ai, bi, a, b in _pairs(dev, e_idx, tol, blocked, wide=True):
+            # the bytes that bring the heavier within the tolerance, or, between two on one side of the mean,
+            # that even them out; never the difference or more (the sum of squared deviations falls)
+            gap = min(dev[ai], -dev[bi]) if dev[ai] > 0 > dev[bi] else (dev[ai] - dev[bi]) / 2
+            pick = _best_swap(pb, st, a, b, gap, 0.999 * (dev[ai] - dev[bi]), sizes, req,
                               bits, budget_m, budget_b, pools, eligible)
             if pick is not None and not _lead_aside(pb, st, pick, a, b, eligible):
                 pick = None

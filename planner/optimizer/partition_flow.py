@@ -10,8 +10,18 @@ its own nodes, so nothing is relaxed:
     -> (p, rack q) directly, capacity 1, for each rack outside S (the racks its staying replicas cover)
     -> dup_p, capacity k - m, with m = required_racks - |S| (checks.required_racks)  -> (p, q), any rack
   (p, q) -> (topic, b) for each broker b of rack q, capacity 1 (distinct brokers), cost 0 where p held b
-           before the plan, else 1; (topic, b) -> b (beyond the topic's leader cap, a tie-break cost: below)
+           before the plan, else 1; (topic, b) -> room_b up to the topic's leader cap, (topic, b) -> b beyond
+           it (a tie-break cost: below); room_b -> b
   broker -> sink within [low, high] less the replicas that stay on it (excluded / fixed partitions).
+
+With `room`, room_b -> b carries at least the leader level each broker must lead for leader spread <= 1
+(floor(partitions / brokers), less what it leads of partitions that stay): the flow through room_b is at most
+the broker's leader room (room.room_per_broker: of each topic the partitions it holds, up to the cap), so the
+placements are exactly those that also leave every broker room to lead its share. No leader order of spread
+<= 1 within the caps exists on a placement without that room, so the fewest new replicas of this flow are a
+lower bound for the whole goal too (bounds.Bound.leader_room), at least the one without it (issue 25: 2 of 36
+generated clusters kept leader spread 3, a broker 2 short of room, where a placement with room needed no more
+moves than the plan made).
 
 At least m units take the direct arcs, one per rack, so p spans at least m new racks; and any placement that
 keeps the rule routes that way (one replica per rack it covers outside S directly, the rest through dup_p):
@@ -41,7 +51,7 @@ def arcs_needed(pb: Problem, eligible: np.ndarray) -> int:
 
 
 def least_placement(pb: Problem, eligible: np.ndarray, low: int, high: int, caps: np.ndarray,
-                    current: np.ndarray | None = None, keep: np.ndarray | None = None
+                    current: np.ndarray | None = None, keep: np.ndarray | None = None, room: bool = False
                     ) -> tuple[int, np.ndarray] | None:
     """(the fewest new replicas, a placement with that many) bringing every eligible broker into [low, high]
     under the rack rules, with single-replica partitions within `caps` (per topic, less the fixed partitions'
@@ -49,7 +59,8 @@ def least_placement(pb: Problem, eligible: np.ndarray, low: int, high: int, caps
     (pb.replicas); `current` (default those) is the placement the slots are taken from: a replica that stays
     keeps its slot, a new one takes the slot of one that left. `keep` (P,), a broker per partition (-1 none):
     among the placements with the fewest new replicas, the flow keeps as many partitions on theirs as it can
-    (the rebalance passes its planned leaders, which are within the topics' caps)."""
+    (the rebalance passes its planned leaders, which are within the topics' caps). `room`: every eligible
+    broker also keeps room to lead its share (module)."""
     B = pb.num_brokers
     e_idx = np.flatnonzero(eligible)
     E = len(e_idx)
@@ -88,7 +99,8 @@ def least_placement(pb: Problem, eligible: np.ndarray, low: int, high: int, caps
     bn = pq0 + n * n_q + np.arange(E)
     s_topics = np.unique(pb.topic_of[rows[single]]).astype(np.int64)
     m_topics = np.unique(pb.topic_of[rows[~single]]).astype(np.int64)
-    tb0 = int(bn[-1]) + 1
+    rn = int(bn[-1]) + 1 + np.arange(E)           # room_b
+    tb0 = int(rn[-1]) + 1
     mb0 = tb0 + len(s_topics) * E
     sink = mb0 + len(m_topics) * E
     tails, heads, caps_a, costs = [], [], [], []
@@ -130,7 +142,18 @@ def least_placement(pb: Problem, eligible: np.ndarray, low: int, high: int, caps
     m_pos = np.searchsorted(m_topics, pb.topic_of[rows[multi]])
     add(pq0 + ii * n_q + q_of[jj], mb0 + np.repeat(m_pos, E) * E + jj, 1, cost_pb[ii, jj])
     mt, mj = np.repeat(np.arange(len(m_topics)), E), np.tile(np.arange(E), len(m_topics))
-    add(mb0 + mt * E + mj, bn[mj], np.maximum(0, caps[m_topics][mt]), 0)
+    # leaders of partitions that stay (fixed) are where they are: they take their topic's cap there and
+    # count toward the broker's level
+    lead0 = f[:, 0]
+    fx = pb.fixed & (lead0 >= 0) & eligible[np.maximum(lead0, 0)]
+    fixed_lead = np.bincount(pos[lead0[fx]], minlength=E)
+    fx &= ~pb.excluded_topic[pb.topic_of]
+    ft = pb.topic_of[fx].astype(np.int64)
+    used_m = np.zeros((len(m_topics), E), np.int64)
+    hit = np.isin(ft, m_topics)
+    np.add.at(used_m, (np.searchsorted(m_topics, ft[hit]), pos[lead0[fx][hit]]), 1)
+    room_m = np.maximum(0, caps[m_topics][:, None] - used_m)
+    add(mb0 + mt * E + mj, rn[mj], room_m[mt, mj], 0)
     add(mb0 + mt * E + mj, bn[mj], int(k.sum()), 1)
     if len(s_topics):
         one = np.flatnonzero(single)
@@ -140,14 +163,15 @@ def least_placement(pb: Problem, eligible: np.ndarray, low: int, high: int, caps
         add(pq0 + ii * n_q + q_of[jj], tb0 + tj * E + jj, 1, cost_pb[ii, jj])
         # room: the topic's cap less the leaders of its fixed partitions on the broker
         used = np.zeros((len(s_topics), E), np.int64)
-        lead0 = f[:, 0]
-        fx = pb.fixed & (lead0 >= 0) & eligible[np.maximum(lead0, 0)]
-        ft = pb.topic_of[fx].astype(np.int64)
         hit = np.isin(ft, s_topics)
         np.add.at(used, (np.searchsorted(s_topics, ft[hit]), pos[lead0[fx][hit]]), 1)
-        room = np.maximum(0, caps[s_topics][:, None] - used)
-        tt, bb = np.nonzero(room >= 0)
-        add(tb0 + tt * E + bb, bn[bb], room[tt, bb])
+        room_s = np.maximum(0, caps[s_topics][:, None] - used)
+        tt, bb = np.nonzero(room_s >= 0)
+        add(tb0 + tt * E + bb, rn[bb], room_s[tt, bb])
+    # room_b -> b: with `room`, at least the level less the leaders b keeps of partitions that stay
+    n_lead = int(on_e.any(axis=1).sum())
+    need = np.maximum(0, n_lead // E - fixed_lead) if room else np.zeros(E, np.int64)
+    add(rn, bn, np.maximum(0, int(k.sum()) - need))
     lo_b = np.maximum(0, low - fixed_b)
     hi_b = high - fixed_b
     if (hi_b < lo_b).any():
@@ -158,6 +182,8 @@ def least_placement(pb: Problem, eligible: np.ndarray, low: int, high: int, caps
     sup = np.zeros(sink + 1, np.int64)
     sup[pn] = k
     np.subtract.at(sup, bn, lo_b)       # each broker's lower bound sent to the sink first
+    sup[rn] -= need                     # and each room_b -> b lower bound
+    sup[bn] += need
     sup[sink] = -int(k.sum()) + int(lo_b.sum())
     mcf = min_cost_flow.SimpleMinCostFlow()
     mcf.add_arcs_with_capacity_and_unit_cost(tails_a.astype(np.int32), heads_a.astype(np.int32), cap_a, cost_a)

@@ -41,6 +41,7 @@ from planner.optimizer.byte_level import level_bytes, mend_room, swap_bytes
 from planner.optimizer.chains import augment
 from planner.optimizer.checks import popcount, required_racks
 from planner.optimizer.exact import rebalance_exact
+from planner.optimizer.leader_cut import mend_leader_cut
 from planner.optimizer.mcf import BIG_CAP, FlowGraph, band, level_arcs, penalty, unique_inverse
 from planner.optimizer.partition_flow import ARC_LIMIT, arcs_needed, least_placement
 from planner.optimizer.problem import Problem, rack_masks
@@ -156,11 +157,14 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
         rounds += swap_bytes(pb, st, eligible, budget_m, budget_b)
         rounds += mend_room(pb, st, eligible, budget_m, budget_b)
     unreached.extend(_short_of_goal(pb, st, e_idx, mode, rc, budget_m, budget_b))
-    least = flow[1].bound.transport if flow is not None and flow[1].bound is not None else 0
+    fb = flow[1].bound if flow is not None else None
     bound = lower_bound(pb, eligible, rc.low, rc.high, leader_cap0(pb, eligible), deficient, deficiency,
-                        transport=max(rc.transport or 0, least))
+                        transport=max(rc.transport or 0, fb.transport if fb else 0),
+                        leader_room=fb.leader_room if fb else 0)
     if mode == "count":
         mend_room_count(pb, st, eligible, budget_b, min(_room_slack(bound.moves, st.moves), budget_m - st.moves))
+        if budget_b == NO_LIMIT:
+            mend_leader_cut(pb, st, eligible, min(_room_slack(bound.moves, st.moves), budget_m - st.moves))
     if flow is not None and not unreached and (not _room_ok(pb, st, eligible) and flow[0].shape == st.final.shape
                                                and _moves(pb, flow[0]) < st.moves):
         # neither plan leaves every broker room to lead its share: the one with fewer moves
@@ -211,6 +215,14 @@ def _flow_first(pb: Problem, st: State, eligible: np.ndarray, rc: Reach, excess:
     if got is None:
         return None
     least, placed = got
+    room_least = 0
+    n_lead = int(((placed >= 0) & eligible[np.maximum(placed, 0)]).any(axis=1).sum())
+    if (room_per_broker(pb, placed, cap0)[1][e_idx] < n_lead // max(1, len(e_idx))).any():
+        # a broker short of leader room: the fewest new replicas that also leave every broker room to lead its
+        # share (a bound for the whole goal, bounds.py), placed as that flow places them
+        with_room = least_placement(pb, eligible, rc.low, rc.high, cap0, st.final, st.lead, room=True)
+        if with_room is not None:
+            room_least, placed = with_room
     for r, s_ in zip(*np.nonzero(placed != st.final), strict=True):
         apply_move(pb, st, int(r), int(s_), int(placed[r, s_]))
     unreached: list[str] = []
@@ -219,8 +231,9 @@ def _flow_first(pb: Problem, st: State, eligible: np.ndarray, rc: Reach, excess:
     if unreached or (st.cap != cap0).any() or counts.min() < rc.low or counts.max() > rc.high:
         return None
     bound = lower_bound(pb, eligible, rc.low, rc.high, cap0, deficient, deficiency,
-                        transport=max(least, rc.transport or 0))
+                        transport=max(least, rc.transport or 0), leader_room=room_least)
     mend_room_count(pb, st, eligible, NO_LIMIT, _room_slack(bound.moves, st.moves))
+    mend_leader_cut(pb, st, eligible, _room_slack(bound.moves, st.moves))
     return st.final, RebalanceInfo("count", bound.moves, excess, lb_bytes, repair_moves, rounds, [], bound=bound,
                                    reach=rc), _room_ok(pb, st, eligible)
 
