@@ -200,14 +200,17 @@ class Feasibility:
         self.total = sum(p[0] for p in self.parts) + sum(self.fixed.values()) + \
             sum(len(v) for v in self.single.values())
 
-    def _arcs(self, lo: int, hi: int, room: bool = False) -> tuple[int, list[tuple[int, int, int, int, int]]]:
+    def _arcs(self, lo: int, hi: int, room: bool = False, rack_min: dict | None = None
+              ) -> tuple[int, list[tuple[int, int, int, int, int]]]:
         """(nodes, arcs (u, v, lower, upper, cost)) of the per-partition flow for the band [lo, hi]: a
         replica that stays on its broker costs 0, one placed anew 1. Node 0 the source, 1 the sink.
 
         `room`: every broker must also be able to lead floor(partitions / brokers) within the topics' caps
         (ceil(partitions / brokers)): a replica reaches its broker through the node of (topic, broker), which
         passes up to the cap into the broker's room node, the rest around it, and the room node must pass the
-        level on. (No leader order of spread <= 1 within the caps exists without that.)"""
+        level on. (No leader order of spread <= 1 within the caps exists without that.)
+
+        `rack_min` {rack: m}: the brokers of that rack hold at least m replicas in all."""
         brokers = self.brokers
         groups: dict = {}
         for b in brokers:
@@ -282,13 +285,35 @@ class Feasibility:
             level = self.leading // len(brokers)
             for b in brokers:
                 arcs.append((rnode[b], bnode[b], level, self.total, 0))
+        rnodes = {}
+        for q, m in (rack_min or {}).items():
+            rnodes[q] = nxt
+            nxt += 1
+            arcs.append((rnodes[q], 1, m, self.total, 0))
         for b in brokers:
-            arcs.append((bnode[b], 1, max(0, lo - self.fixed[b]), hi - self.fixed[b], 0))
+            to = rnodes.get(self.racks[b], 1)
+            arcs.append((bnode[b], to, max(0, lo - self.fixed[b]), hi - self.fixed[b], 0))
         return nxt, arcs
 
-    def band_feasible(self, lo: int, hi: int) -> bool:
-        n, arcs = self._arcs(lo, hi)
+    def band_feasible(self, lo: int, hi: int, rack_min: dict | None = None) -> bool:
+        n, arcs = self._arcs(lo, hi, rack_min=rack_min)
         return _bounded_flow_feasible(n, [a[:4] for a in arcs], 0, 1)
+
+    def forced_on(self, q: str) -> int:
+        """Replicas rack q must hold in any placement (as `_arcs` bounds them): one of each partition that must
+        cover every rack outside those its staying replicas cover (rule cover), or that must put its replicas on
+        distinct racks and has as many as there are such racks, where q is one of them; and the fixed ones."""
+        need = 0
+        for k, rule, stay, _x, _on, _t in self.parts:
+            outside = [r for r in self.rack_set if r not in stay]
+            if q in outside and (rule == "cover" or (rule == "distinct" and k >= len(outside))):
+                need += 1
+        return need + sum(self.fixed[b] for b in self.brokers if self.racks[b] == q)
+
+    def closed_racks(self, lo: int, hi: int) -> set[str]:
+        """Racks that every placement in [lo, hi] fills with their forced replicas only (the flow refuses one
+        replica more there): no partition the rules do not send there can have a replica on them."""
+        return {q for q in self.rack_set if not self.band_feasible(lo, hi, {q: self.forced_on(q) + 1})}
 
     def least_new_replicas(self, lo: int, hi: int, room: bool = False) -> int | None:
         """The fewest replicas placed anew (moves) that bring every broker into [lo, hi] under the rules

@@ -180,17 +180,27 @@ def test_leaders_level_wherever_the_placement_allows(plans):
         if leader_band_feasible(final, spec.alive):
             assert doc["summary"]["topics_over_ceil_partitions_per_broker"] == 0, shape
             continue
-        # a topic above ceil only where no leader choice on the placement keeps it within (a b-matching here)
+        # a topic above ceil only where no leader choice on the placement keeps it within (a b-matching here),
+        # and no placement in the band either: a rack that the band fills with the replicas the rules send there
+        # (the independent flow refuses one more) is closed to partitions that the rules do not send there, and
+        # on the brokers left some broker must lead more than the cap
         names = doc["topics"]["names"]
+        fz = Feasibility(spec.racks, spec.alive, spec.assignment, set(), True)
+        lo, hi = doc["summary"]["target_replica_band"]
+        closed = fz.closed_racks(lo, hi)
         for k in np.flatnonzero(np.array(doc["topics"]["max_leaders_per_broker_after"])
                                 > np.array(doc["topics"]["ceil_partitions_per_broker"])).tolist():
-            cands = [[b for b in reps if b in spec.alive] for (t, _p), reps in final.items() if t == names[k]]
-            assert doc["topics"]["max_leaders_per_broker_after"][k] == min_topic_bottleneck(cands, {}), shape
-            over_ceil.append((shape.seed, names[k]))
-    # one: the 8-broker cluster whose rack r2 (2 brokers) must hold 685 replicas, the top of the band [267, 343]
-    # (reach 76): every replica there is one that must be there, the six others sit at 267, so topic t012's 7
-    # partitions of RF 2 (cap 1) can only be on 6 brokers; the band wins and the plan warns
-    assert over_ceil == [(649891614, "t012")], over_ceil
+            rows = [reps for (t, _p), reps in final.items() if t == names[k]]
+            most = doc["topics"]["max_leaders_per_broker_after"][k]
+            assert most == min_topic_bottleneck([[b for b in r if b in spec.alive] for r in rows], {}), shape
+            assert all(len(r) < len(fz.rack_set) for r in rows), shape     # the rules send them to no rack
+            open_b = [b for b in spec.alive if spec.racks[b] not in closed]
+            assert most == -(-len(rows) // len(open_b)), (shape, names[k], closed)
+            over_ceil.append((shape.seed, names[k], sorted(closed)))
+    # one: the 8-broker cluster whose rack r2 (2 brokers) must hold 685 replicas at the top of the band
+    # [267, 343] (reach 76), the six others at its bottom, so topic t012's 7 partitions of RF 2 (cap 1) have
+    # the 6 brokers of r0 and r1; the band wins and the plan warns
+    assert over_ceil == [(649891614, "t012", ["r2"])], over_ceil
 
 
 def test_bytes_rebalances_level_bytes_and_counts_or_say_they_did_not(tmp_path):
