@@ -71,6 +71,23 @@ def witness(pb: Problem, st: State, eligible: np.ndarray, avoid: np.ndarray | No
         st.lcount[k] = st.lcount.get(k, 0) + 1
 
 
+def witness_holds(pb: Problem, st: State, eligible: np.ndarray) -> bool:
+    """Whether the planned leaders are still a witness: every partition that may change and holds an eligible
+    replica has one, on an eligible broker holding it, and no topic has more than its cap on a broker (moves
+    carry a planned leader along with its replica, so after moves only the caps can break; then `witness`
+    must be computed again)."""
+    f = st.final
+    rows = np.flatnonzero(~pb.fixed & ((f >= 0) & eligible[np.maximum(f, 0)]).any(axis=1))
+    lead = st.lead[rows]
+    if (lead < 0).any() or not eligible[lead].all() or not (f[rows] == lead[:, None]).any(axis=1).all():
+        return False
+    if not st.lcount:
+        return True
+    keys = np.fromiter(st.lcount.keys(), np.int64, len(st.lcount))
+    vals = np.fromiter(st.lcount.values(), np.int64, len(st.lcount))
+    return bool((vals <= st.cap[keys // pb.num_brokers]).all())
+
+
 def leader_cap0(pb: Problem, eligible: np.ndarray) -> np.ndarray:
     """(T,) each topic's leader cap before any is raised: ceil(partitions / eligible brokers), none for an
     excluded topic."""
