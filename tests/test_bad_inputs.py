@@ -492,6 +492,10 @@ CASES = [
          2, "not a PEM CA certificate file"),
     Case("sandbox-ssl-without-kafka-engine", lambda c: ["sandbox", "up", "--dir", str(c.out), "--ssl"],
          2, "--sasl and --ssl need --engine kafka"),
+    Case("sandbox-layout-without-kraft-engine", lambda c: ["sandbox", "up", "--dir", str(c.out), "--engine", "kafka",
+                                                           "--layout", "combined"], 2, "--layout needs --engine kraft"),
+    Case("sandbox-migrate-without-sandbox", lambda c: ["sandbox", "migrate", "--dir", str(c.out), "--to", "hybrid"],
+         2, "no sandbox in"),
     # issue 24: KRaft clusters through --bootstrap-server. Nobody listening (the SASL password never shows)
     Case("snapshot-bootstrap-nobody-listening", lambda c: [
         "snapshot", "--bootstrap-server", f"127.0.0.1:{_free_port()}", "--out", str(c.out), "--kafka-timeout", "2",

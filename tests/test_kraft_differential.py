@@ -35,6 +35,9 @@ pytestmark = pytest.mark.kafka
 
 SESSION = 3   # broker.session.timeout.ms: a killed broker is fenced ~3 s after its last heartbeat
 BROKERS = 5
+# the kraft engine's layout: a controller node beside the brokers (CI) or every broker a voter too ("combined":
+# bench/bench_kraft_combined.py runs this module so, issue 24 item 3)
+LAYOUT = os.environ.get("KPLAN_KRAFT_LAYOUT", "separate")
 
 
 def topics(seed: int = 24) -> list[dict[str, Any]]:
@@ -62,7 +65,7 @@ def kraft(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("kraftdiff")
     sb = Sandbox.up(folder / "sb", cluster={"brokers": racks(BROKERS), "topics": TOPICS}, engine="kraft",
-                    timeout=180, session_timeout=SESSION, auto_rebalance=False, data_bytes=0)
+                    timeout=180, session_timeout=SESSION, auto_rebalance=False, data_bytes=0, kraft_layout=LAYOUT)
     try:
         yield sb, folder
     finally:
@@ -107,8 +110,11 @@ def read(sb: Any) -> tuple[risk.sio.Snapshot, dict[tuple[str, int], dict]]:
     return risk.sio.Snapshot(None, manifest, b, s.topics, t), parts
 
 
-def controller_log(sb: Any) -> Path:
-    return next((sb.dir / "kafka").glob("controller-*")) / "server.log"
+def controller_logs(sb: Any) -> list[Path]:
+    """The logs the active controller writes to: the controller node's, or in the combined layout every node's
+    (the quorum's leader is one of the brokers, and may move when its node is killed)."""
+    nodes = sorted((sb.dir / "kafka").glob("controller-*")) or sorted((sb.dir / "kafka").glob("broker-*"))
+    return [n / "server.log" for n in nodes]
 
 
 def order_from_log(text: str, brokers: list[int], mode: str) -> list[int]:
@@ -174,10 +180,10 @@ def test_the_kraft_replay_agrees_with_the_real_controller(kraft):
 
             api.snapshot(api.SnapshotRequest(zk=None, bootstrap=sb.bootstrap_servers, out=folder / "snap"))
             product = read_snapshot(folder / "snap")
-        log = controller_log(sb)
-        offset = log.stat().st_size
+        logs = controller_logs(sb)
+        offsets = [log.stat().st_size for log in logs]
         getattr(sb, action)(brokers)
-        text = log.read_bytes()[offset:].decode(errors="replace")
+        text = "".join(log.read_bytes()[o:].decode(errors="replace") for log, o in zip(logs, offsets, strict=True))
         mode = "controlled" if action == "stop" else "failure"
         order = order_from_log(text, brokers, mode) if len(brokers) > 1 else brokers
         predicted = kr.predict(before, order, mode)

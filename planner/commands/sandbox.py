@@ -59,6 +59,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--engine", choices=["emulated", "kafka", "kraft"], default="emulated",
                     help="emulated brokers (default; fast, 100k+ partitions), real Apache Kafka broker JVMs on "
                     "ZooKeeper (kafka), or real KRaft nodes: one controller plus the brokers, no ZooKeeper (kraft)")
+    up.add_argument("--layout", choices=["separate", "combined"], default=None,
+                    help="kraft engine: a controller node beside the brokers (separate, default) or every broker node "
+                    "a voter too (combined: process.roles=broker,controller)")
     up.add_argument("--kafka-version", default=None,
                     help="kafka / kraft engine: Apache Kafka version (default 3.9.2 / 4.1.1)")
     up.add_argument("--broker-heap-mb", type=int, default=256, help="kafka engine: heap of each broker JVM (256)")
@@ -164,8 +167,14 @@ def _up(args: argparse.Namespace) -> int:
     if args.engine in ("kafka", "kraft"):
         kafka = dict(kafka_version=args.kafka_version, broker_heap_mb=args.broker_heap_mb,
                      data_bytes=args.data_bytes, data_scale=args.data_scale, sasl=args.sasl, ssl=args.ssl)
+        if args.layout is not None:
+            if args.engine != "kraft":
+                raise BadInput("--layout needs --engine kraft")
+            kafka["kraft_layout"] = args.layout
     elif args.kafka_version or args.data_bytes is not None or args.data_scale is not None or args.sasl or args.ssl:
         raise BadInput("--kafka-version, --data-bytes, --data-scale, --sasl and --ssl need --engine kafka or kraft")
+    elif args.layout is not None:
+        raise BadInput("--layout needs --engine kraft")
     sb = Sandbox.up(args.dir, cluster=args.cluster, brokers=args.brokers, racks=args.racks,
                     partitions=args.partitions, rf=args.rf, preset=preset, seed=args.seed, zk=args.zk,
                     chroot=args.chroot, timeout=args.timeout, engine=args.engine, **kafka, **timing)
@@ -173,8 +182,10 @@ def _up(args: argparse.Namespace) -> int:
     ctrl = st.get("controller") or {}
     if sb.engine == "kraft":
         feats = st.get("features", {})
-        print(f"sandbox up in {sb.dir}: KRaft, {len(st['brokers'])} Kafka {sb.kafka_version} brokers and "
-              f"{len(st.get('controllers', {}))} controller (active: node {ctrl.get('broker')}), metadata.version "
+        nodes = ("each also a controller (combined)" if st.get("layout") == "combined"
+                 else f"and {len(st.get('controllers', {}))} controller")
+        print(f"sandbox up in {sb.dir}: KRaft, {len(st['brokers'])} Kafka {sb.kafka_version} brokers {nodes} "
+              f"(active: node {ctrl.get('broker')}), metadata.version "
               f"level {feats.get('metadata.version')}, eligible.leader.replicas.version "
               f"{feats.get('eligible.leader.replicas.version', 0)}, {st.get('partitions')} partitions, "
               f"{st.get('offline_count')} offline, {st.get('under_replicated_count')} under-replicated")

@@ -81,9 +81,11 @@ KRAFT_BASE = {
 }
 
 
-def broker_properties(spec: kbroker.BrokerSpec, quorum: Quorum) -> str:
+def broker_properties(spec: kbroker.BrokerSpec, quorum: Quorum, controller_port: int | None = None) -> str:
     """A broker node: the ZooKeeper-mode broker's listeners, security and small-machine settings
-    (broker.server_properties), with the ZooKeeper keys replaced by KRaft's."""
+    (broker.server_properties), with the ZooKeeper keys replaced by KRaft's. With `controller_port`, a combined
+    node (`process.roles=broker,controller`, Kafka's "combined mode"): it also listens as a voter of the quorum
+    on CONTROLLER://127.0.0.1:<controller_port>, which is not advertised to clients."""
     props: dict[str, str] = {}
     for line in kbroker.server_properties(spec).splitlines():
         k, _, v = line.partition("=")
@@ -99,6 +101,9 @@ def broker_properties(spec: kbroker.BrokerSpec, quorum: Quorum) -> str:
                                                    + [f"{CONTROLLER_LISTENER}:PLAINTEXT"]),
         "inter.broker.listener.name": "PLAINTEXT",
     }
+    if controller_port is not None:
+        kraft["process.roles"] = "broker,controller"
+        props["listeners"] = f"{props['listeners']},{CONTROLLER_LISTENER}://127.0.0.1:{controller_port}"
     out = {**kraft, **{k: v for k, v in props.items() if k not in kraft}, **KRAFT_BASE}
     out.update({k: v for k, v in spec.settings.items() if k not in _ZK_ONLY})
     return "".join(f"{k}={v}\n" for k, v in out.items())

@@ -339,13 +339,14 @@ class Sandbox:
            timeout: float = 600, zk_heap_mb: int = 1024, engine: str = "emulated",
            kafka_version: str | None = None, broker_heap_mb: int = 256, data_bytes: int | None = None,
            data_scale: float | None = None, kafka_settings: dict[str, Any] | None = None, sasl: bool = False,
-           ssl: bool = False, **timing: Any) -> Sandbox:
+           ssl: bool = False, kraft_layout: str = "separate", **timing: Any) -> Sandbox:
         """Start a sandbox in `directory`. Real brokers (engine="kafka"): `kafka_version` (jars fetched once
         from Maven Central), `broker_heap_mb` per JVM, data produced = described sizes x `data_scale`, or
         scaled down so the total stays under `data_bytes` (default 64 MiB); `kafka_settings` adds or
         overrides server.properties entries (under a broker id as key: a dict of that broker's own entries);
         `sasl` adds a SASL_PLAINTEXT listener (PLAIN), `ssl` an SSL listener that requires client certificates
-        (throwaway CA and keys made with keytool, `kafka_ssl`). Timing keywords (session_timeout,
+        (throwaway CA and keys made with keytool, `kafka_ssl`). engine="kraft": `kraft_layout` "separate" (a
+        controller node beside the brokers) or "combined" (every broker node a voter too). Timing keywords (session_timeout,
         shutdown_retries, ...) apply to both engines (settings.Timing)."""
         directory = Path(directory).resolve()
         if preset == "demo":
@@ -357,6 +358,8 @@ class Sandbox:
             raise BadInput("sasl (a SASL_PLAINTEXT listener) is an option of the kafka and kraft engines")
         if ssl and engine not in REAL_ENGINES:
             raise BadInput("ssl (an SSL listener) is an option of the kafka and kraft engines")
+        if kraft_layout != "separate" and engine != "kraft":
+            raise BadInput("kraft_layout (separate or combined controllers) is an option of the kraft engine")
         if engine == "kraft" and (zk is not None or chroot is not None):
             raise BadInput("the kraft engine runs no ZooKeeper: --zk and --chroot do not apply")
         if (directory / SANDBOX_FILE).exists():
@@ -385,7 +388,7 @@ class Sandbox:
                 raise BadInput("data_scale must not be negative")
             jars = ensure_jars(kafka_version)
             return cls._up_kraft(directory, desc, settings, jars, broker_heap_mb, data_bytes, data_scale,
-                                 kafka_settings, timeout, sasl, ssl)
+                                 kafka_settings, timeout, sasl, ssl, kraft_layout)
         kafka_version = kafka_version or KAFKA_VERSION
         if engine == "kafka":
             from planner.kafka.jars import ensure_jars, parse_version
@@ -515,7 +518,7 @@ class Sandbox:
     @classmethod
     def _up_kraft(cls, directory: Path, desc: Cluster, settings: Timing, jars: Any, heap_mb: int,
                   data_bytes: int | None, data_scale: float | None, extra: dict[str, Any] | None, timeout: float,
-                  sasl: bool, ssl: bool) -> Sandbox:
+                  sasl: bool, ssl: bool, layout: str = "separate") -> Sandbox:
         """KRaft nodes only (planner.sandbox.kraft_engine): no ZooKeeper, no daemon."""
         from planner.kafka import kraft, tls
         from planner.sandbox import kafka_engine as ke
@@ -523,7 +526,7 @@ class Sandbox:
 
         sizes, scale = ke.scaled_sizes(desc, data_bytes, data_scale)
         directory.mkdir(parents=True, exist_ok=True)
-        nodes = kre.node_records(directory, desc, 1, sasl, ssl)
+        nodes = kre.node_records(directory, desc, 1, sasl, ssl, layout)
         info: dict[str, Any] = {
             "dir": str(directory), "engine": "kraft", "token": secrets.token_hex(16),
             "brokers": [b.id for b in desc.brokers], "timing": settings.to_dict(), "chroot": None,

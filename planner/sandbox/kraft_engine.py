@@ -1,7 +1,10 @@
 """The `kraft` sandbox engine: real Apache Kafka KRaft nodes (4.1.1 by default), no ZooKeeper.
 
-Default layout: one controller node (`process.roles=controller`, node id 1000 or above, past every broker id)
-plus one broker node per described broker, so any broker can be killed without losing the quorum. Every
+Default layout (`separate`): one controller node (`process.roles=controller`, node id 1000 or above, past every
+broker id) plus one broker node per described broker, so any broker can be killed without losing the quorum.
+Layout `combined` (Kafka's combined mode): no controller node; every broker node is also a voter
+(`process.roles=broker,controller`), so killing the active controller's node moves the quorum's leadership, and
+the quorum holds while a majority of the brokers runs. Every
 process detail is the `kafka` engine's (planner/sandbox/kafka_engine.py): D/sandbox.json records each node's
 folder, port, pid and state under a file lock, JVMs run in their own sessions and are found again by pid and
 command line, `down` works after the process that ran `up` was killed.
@@ -70,19 +73,29 @@ def check_reproducible_kraft(desc: Cluster) -> None:
                        f"describe brokers with ids below {CONTROLLER_BASE_ID}")
 
 
-def node_records(directory: Path, desc: Cluster, controllers: int, sasl: bool, ssl: bool) -> dict[str, Any]:
+LAYOUTS = ("separate", "combined")
+
+
+def node_records(directory: Path, desc: Cluster, controllers: int, sasl: bool, ssl: bool,
+                 layout: str = "separate") -> dict[str, Any]:
+    """Each node's folder and ports. `separate`: `controllers` controller nodes (ids 1000...) beside the
+    brokers. `combined`: no controller node; every broker node is a voter too (`process.roles=broker,controller`,
+    its own CONTROLLER port), so the quorum holds while a minority of the brokers is down."""
+    if layout not in LAYOUTS:
+        raise BadInput(f"unknown KRaft layout {layout!r} (known: {', '.join(LAYOUTS)})")
+    combined = layout == "combined"
     brokers = {}
     for b in desc.brokers:
         brokers[str(b.id)] = {"dir": str(directory / KAFKA_DIR / f"broker-{b.id}"), "port": free_port(),
                               "rack": b.rack, "pid": None, "state": STOPPED,
                               "sasl_port": free_port() if sasl else None, "ssl_port": free_port() if ssl else None,
-                              "disk_bytes": None}
+                              "disk_bytes": None, "controller_port": free_port() if combined else None}
     ctrls = {}
-    for k in range(controllers):
+    for k in range(0 if combined else controllers):
         cid = CONTROLLER_BASE_ID + k
         ctrls[str(cid)] = {"dir": str(directory / KAFKA_DIR / f"controller-{cid}"), "port": free_port(),
                            "rack": None, "pid": None, "state": STOPPED}
-    return {"brokers": brokers, "controllers": ctrls}
+    return {"brokers": brokers, "controllers": ctrls, "layout": layout}
 
 
 # ----------------------------------------------------------------------------------------- the view
@@ -164,8 +177,19 @@ class KraftEngine(KafkaEngine):
         return {int(c): BrokerRecord.from_info(c, d) for c, d in self.kinfo.get("controllers", {}).items()}
 
     @property
+    def combined(self) -> bool:
+        return self.kinfo.get("layout") == "combined"
+
+    @property
     def quorum(self) -> kraft.Quorum:
+        if self.combined:
+            return kraft.Quorum({int(b): int(d["controller_port"]) for b, d in self.kinfo["brokers"].items()})
         return kraft.Quorum({c: r.port for c, r in self.controller_records().items()})
+
+    def broker_node_properties(self, rec: Any) -> str:
+        """A broker node's server.properties: a plain broker, or broker and voter in the combined layout."""
+        port = self.kinfo["brokers"][str(rec.id)].get("controller_port") if self.combined else None
+        return kraft.broker_properties(self.spec(rec), self.quorum, port)
 
     def node_settings(self) -> dict[str, str]:
         t = self.timing
@@ -195,7 +219,7 @@ class KraftEngine(KafkaEngine):
                                                                   self.node_settings()))
             dirs.append(rec.dir)
         for rec in self.records().values():
-            kraft.write_node(rec.dir, kraft.broker_properties(self.spec(rec), quorum))
+            kraft.write_node(rec.dir, self.broker_node_properties(rec))
             dirs.append(rec.dir)
         return dirs
 
@@ -204,7 +228,7 @@ class KraftEngine(KafkaEngine):
         heap = int(self.kinfo.get("heap_mb", 256))
         for rec in recs:
             if not controllers:   # a restarted broker: its config again (the quorum's ports do not change)
-                kraft.write_node(rec.dir, kraft.broker_properties(self.spec(rec), self.quorum))
+                kraft.write_node(rec.dir, self.broker_node_properties(rec))
             proc = kraft.launch(rec.dir, heap, cp)
             _CHILDREN[proc.pid] = proc
             key = "controllers" if controllers else "brokers"
@@ -365,6 +389,7 @@ class KraftEngine(KafkaEngine):
                     under_min.append(row)
         return {
             "engine": "kraft", "kafka_version": self.kinfo["version"], "bootstrap_servers": self.bootstrap,
+            "layout": self.kinfo.get("layout", "separate"),
             "brokers": brokers, "settled": not left, "pending": left[:20],
             "controller": {"broker": controller, "epoch": None} if controller is not None else None,
             "controllers": {str(c): {"pid": r.pid, "port": r.port, "running": r.process_alive}
