@@ -149,6 +149,28 @@ def test_hybrid_is_read_through_the_brokers_admin_api(mig, tmp_path, capsys, pla
                   "KRaft controller 1000 (epoch 1) is the controller", "finish the migration")
 
 
+def test_half_rolled_hybrid_knows_the_broker_zookeeper_no_longer_lists(mig, tmp_path):
+    """Hybrid half way through the roll to KRaft mode: broker 3 restarted as a KRaft broker, 1 and 2 still in
+    ZooKeeper mode. ZooKeeper no longer lists broker 3 (KRaft brokers register with the controller only), so a
+    ZooKeeper read would take it for dead while it serves its replicas; the snapshot, read through the Admin API
+    of brokers 1 and 2, has it alive, and its partitions as the brokers answer them."""
+    assert mig.migrate("dual-write", brokers=[3])["to"] == "hybrid"
+    zk = zkmod.connect(mig.connect_string)
+    try:
+        assert sorted(zk.get_children("/brokers/ids")) == ["1", "2"]
+    finally:
+        zk.stop()
+        zk.close()
+    snap = snapshot(tmp_path, "half", zk=mig.connect_string)
+    m = snap.manifest["source"]["migration"]
+    assert (m["state"], m["phase"], m["zk_brokers"], snap.manifest["source"]["backend"]) == \
+        ("MIGRATION", "hybrid", 2, "kraft")
+    b = snap.brokers.to_pydict()
+    assert dict(zip(b["broker"], b["alive"], strict=True)) == {1: True, 2: True, 3: True}
+    view = metadata_view(mig)
+    assert snapshot_view(snap) == view and any(3 in isr for _, _, isr in view.values())
+
+
 @pytest.mark.parametrize("phase", ["dual-write", "finalized"])
 def test_brokers_in_kraft_mode_are_read_through_the_bootstrap_servers(mig, tmp_path, capsys, plan_dir, phase):
     """MIGRATION, dual-write (then POST_MIGRATION, finalized): no broker is registered in ZooKeeper any more;

@@ -104,6 +104,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_dir(mig)
     mig.add_argument("--to", required=True, choices=["pre-migration", "hybrid", "dual-write", "finalized"])
     mig.add_argument("--timeout", type=float, default=180, help="seconds to wait for each phase (180)")
+    mig.add_argument("--brokers", help="with --to dual-write: only these brokers to KRaft mode, the others stay in "
+                     "ZooKeeper mode (a rolling migration half way: still the hybrid phase)")
     mig.set_defaults(func=_migrate)
 
     status = actions.add_parser("status", help="brokers, controller, offline and under-replicated partitions")
@@ -305,7 +307,7 @@ def _migrate(args: argparse.Namespace) -> int:
     from planner.sandbox import Sandbox
 
     sb = Sandbox(args.dir)
-    report = sb.migrate(args.to, args.timeout)
+    report = sb.migrate(args.to, args.timeout, _broker_ids([args.brokers]) if args.brokers else None)
     steps = ", ".join(f"{k} {v}s" for k, v in report["steps"].items())
     print(f"sandbox {sb.dir}: migration phase {report['from']} -> {report['to']} ({steps})")
     return 0

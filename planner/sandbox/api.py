@@ -286,9 +286,10 @@ class Sandbox:
             return self._kafka().start(self._ids(ids), timeout)
         return self._call("start", {"brokers": self._ids(ids)}, timeout)
 
-    def migrate(self, to: str, timeout: float = 180) -> dict[str, Any]:
+    def migrate(self, to: str, timeout: float = 180, brokers: Any = None) -> dict[str, Any]:
         """kafka engine: walk the ZooKeeper-to-KRaft migration forward to phase `to` (pre-migration, hybrid,
-        dual-write, finalized; planner.sandbox.migration)."""
+        dual-write, finalized; planner.sandbox.migration). `brokers` with to="dual-write": only these brokers
+        to KRaft mode (a rolling migration half way: still the hybrid phase)."""
         from planner.sandbox import migration
 
         if self.engine != "kafka":
@@ -296,7 +297,8 @@ class Sandbox:
         from planner.sandbox.kafka_engine import KafkaEngine, read_info
 
         self.info = read_info(self.dir)
-        report = migration.migrate(KafkaEngine(self.dir, self.info), to, timeout)
+        report = migration.migrate(KafkaEngine(self.dir, self.info), to, timeout,
+                                   None if brokers is None else self._ids(brokers))
         self.info = read_info(self.dir)
         return report
 

@@ -60,7 +60,16 @@ def _version(v: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def _check(engine: KafkaEngine, to: str) -> list[str]:
+MIGRATION_KEYS = ("zookeeper.metadata.migration.enable", "inter.broker.protocol.version", "controller.quorum.voters",
+                  "controller.listener.names", "listener.security.protocol.map")
+
+
+def kraft_brokers(info: dict[str, Any]) -> list[int]:
+    """The brokers already restarted in KRaft mode (all of them from dual-write on)."""
+    return [int(b) for b in info.get("kafka", {}).get("kraft_brokers", [])]
+
+
+def _check(engine: KafkaEngine, to: str, brokers: list[int] | None = None) -> list[str]:
     if to not in PHASES[1:]:
         raise BadInput(f"unknown migration phase {to!r} (in order: {', '.join(PHASES[1:])})")
     if engine.info.get("engine") != "kafka":
@@ -76,6 +85,13 @@ def _check(engine: KafkaEngine, to: str) -> list[str]:
         raise BadInput(f"broker ids {big} collide with the KRaft controller's id {CONTROLLER_BASE_ID}")
     now = phase(engine.info)
     i, j = PHASES.index(now), PHASES.index(to)
+    if brokers is not None:
+        if to != "dual-write" or now not in ("pre-migration", "hybrid") or not brokers:
+            raise BadInput("brokers (some brokers to KRaft mode, the others left in ZooKeeper mode) go with the "
+                           "step to dual-write only")
+        unknown = sorted(set(brokers) - set(engine.records()))
+        if unknown:
+            raise BadInput(f"unknown broker id(s) {unknown}: this sandbox has brokers {sorted(engine.records())}")
     if j <= i:
         raise BadInput(f"the sandbox is already in migration phase {now}: a migration only goes forward "
                        f"({' -> '.join(PHASES)})")
@@ -85,21 +101,28 @@ def _check(engine: KafkaEngine, to: str) -> list[str]:
     return list(PHASES[i + 1:j + 1])
 
 
-def migrate(engine: KafkaEngine, to: str, timeout: float = 180) -> dict[str, Any]:
-    """Walk the sandbox forward to phase `to` (module docstring); returns each step's seconds."""
-    steps = _check(engine, to)
+def migrate(engine: KafkaEngine, to: str, timeout: float = 180, brokers: list[int] | None = None) -> dict[str, Any]:
+    """Walk the sandbox forward to phase `to` (module docstring); returns each step's seconds. `brokers` with
+    `to="dual-write"`: restart only these brokers in KRaft mode, the others stay in ZooKeeper mode (the hybrid
+    phase of a rolling migration; the sandbox stays in phase hybrid until every broker is in KRaft mode)."""
+    steps = _check(engine, to, brokers)
     report: dict[str, Any] = {"from": phase(engine.info), "to": to, "steps": {}}
     for step in steps:
         started = time.monotonic()
-        {"pre-migration": _provision_controller, "hybrid": _brokers_in_migration_mode,
-         "dual-write": _brokers_to_kraft, "finalized": _finalize}[step](engine, timeout)
+        if step == "dual-write":
+            reached = _brokers_to_kraft(engine, timeout, brokers)
+        else:
+            {"pre-migration": _provision_controller, "hybrid": _brokers_in_migration_mode,
+             "finalized": _finalize}[step](engine, timeout)
+            reached = step
         with locked(engine.directory):
             info = read_info(engine.directory)
-            info["kafka"]["migration"] = step
+            info["kafka"]["migration"] = reached
             write_info(engine.directory, info)
         engine.info = info
         report["steps"][step] = round(time.monotonic() - started, 2)
-        log.info("migration phase %s reached in %.1fs", step, report["steps"][step])
+        report["to"] = reached
+        log.info("migration phase %s reached in %.1fs", reached, report["steps"][step])
     return report
 
 
@@ -197,11 +220,11 @@ def _migration_znode(client: Any) -> dict[str, Any]:
     return dict(json.loads(data))
 
 
-def _restart_brokers(engine: KafkaEngine, launch: Any) -> list[int]:
-    """SIGTERM every broker together (each asks for its controlled shutdown), wait for their exit, launch
-    each again with `launch(rec)`."""
+def _restart_brokers(engine: KafkaEngine, launch: Any, ids: list[int] | None = None) -> list[int]:
+    """SIGTERM these brokers (default: all) together (each asks for its controlled shutdown), wait for their
+    exit, launch each again with `launch(rec)`."""
     recs = engine.records()
-    ids = sorted(recs)
+    ids = sorted(recs) if ids is None else sorted(ids)
     for b in ids:
         kbroker.terminate_broker(int(recs[b].pid or 0), recs[b].config_path)
     engine._wait_exit([recs[b] for b in ids], 120)
@@ -253,22 +276,29 @@ def _brokers_in_migration_mode(engine: KafkaEngine, timeout: float) -> None:
         engine._wait(client, "the migration of the metadata into KRaft", timeout, left, watch=engine.pids())
 
 
-def _brokers_to_kraft(engine: KafkaEngine, timeout: float) -> None:
+def _brokers_to_kraft(engine: KafkaEngine, timeout: float, only: list[int] | None = None) -> str:
     """Kafka's "Migrating brokers to KRaft": node.id for broker.id, process.roles=broker, the ZooKeeper and
-    migration settings removed, the quorum kept; the controller keeps writing ZooKeeper (dual-write)."""
-    extra = {k: v for k, v in engine.kinfo.get("extra_settings", {}).items()
-             if k not in ("zookeeper.metadata.migration.enable", "inter.broker.protocol.version",
-                          "controller.quorum.voters", "controller.listener.names", "listener.security.protocol.map")}
+    migration settings removed, the quorum kept; the controller keeps writing ZooKeeper (dual-write). `only`:
+    just these brokers (the others stay in ZooKeeper mode: still the hybrid phase). Returns the phase reached."""
+    done = set(kraft_brokers(engine.info))
+    ids = sorted(set(only if only is not None else engine.records()) - done)
+    if not ids:
+        raise BadInput(f"brokers {sorted(only or [])} already run in KRaft mode")
+    mig = MigratedEngine(engine.directory, engine.info)
+    _restart_brokers(engine, mig.launch_broker, ids)
+    everyone = done | set(ids) >= set(engine.records())
     with locked(engine.directory):
         info = read_info(engine.directory)
-        info["kafka"]["extra_settings"] = extra
+        info["kafka"]["kraft_brokers"] = sorted(done | set(ids))
+        if everyone:
+            info["kafka"]["extra_settings"] = {k: v for k, v in info["kafka"].get("extra_settings", {}).items()
+                                               if k not in MIGRATION_KEYS}
         write_info(engine.directory, info)
     engine.info = info
-    mig = MigratedEngine(engine.directory, engine.info)
-    ids = _restart_brokers(engine, mig.launch_broker)
     mig.reload()
     mig._kwait("brokers in KRaft mode", timeout,
                lambda v: [f"broker {b} not unfenced" for b in ids if b not in v.live] + kpending(v), watch=ids)
+    return "dual-write" if everyone else "hybrid"
 
 
 def _finalize(engine: KafkaEngine, timeout: float) -> None:
@@ -295,8 +325,16 @@ class MigratedEngine(KraftEngine):
     """A sandbox whose brokers left ZooKeeper mode (phases dual-write and finalized): the kraft engine's Admin
     API waits and commands, with Kafka 3.x's log4j 1 configuration for a restarted node."""
 
+    @property
+    def bootstrap(self) -> str:
+        """The running brokers in KRaft mode (in a mixed hybrid phase the others answer no DescribeTopicPartitions)."""
+        kr = set(kraft_brokers(self.info)) or set(self.records())
+        return ",".join(f"127.0.0.1:{r.port}" for b, r in self.records().items() if r.state == RUNNING and b in kr)
+
     def launch_broker(self, rec: Any) -> int:
-        _write_node(rec.dir, kraft.broker_properties(self.spec(rec), self.quorum))
+        spec = self.spec(rec)
+        spec.settings = {k: v for k, v in spec.settings.items() if k not in MIGRATION_KEYS}
+        _write_node(rec.dir, kraft.broker_properties(spec, self.quorum))
         return _launch_node(self, rec.dir)
 
     def _launch(self, recs: list[Any]) -> None:
