@@ -364,9 +364,14 @@ def _balance_rounds(pb: Problem, s: _Setup, leader: np.ndarray, max_rounds: int 
         if not len(e_i):
             break
         gkey = (e_a * B + e_b) * 3 + (e_c + 1)
-        order = np.lexsort((e_i, gkey))
-        gkey, e_i, e_b, e_k = gkey[order], e_i[order], e_b[order], e_k[order]
-        gk, gstart, gcount = np.unique(gkey, return_index=True, return_counts=True)
+        # the groups' sizes by counting (no sort of every edge each round: ~3M edges at 1M partitions); the
+        # edges of the groups the flow uses are sorted after it, by group and, as np.nonzero gave them, by row
+        if B * B * 3 <= 1 << 22:
+            size = np.bincount(gkey, minlength=B * B * 3)
+            gk = np.flatnonzero(size)
+            gcount = size[gk]
+        else:        # (thousands of brokers: a sort instead of a table of every pair)
+            gk, gcount = np.unique(gkey, return_counts=True)
         g_a = gk // 3 // B
         g_b = gk // 3 % B
         g_c = gk % 3 - 1
@@ -389,6 +394,12 @@ def _balance_rounds(pb: Problem, s: _Setup, leader: np.ndarray, max_rounds: int 
         got_r: list[int] = []
         got_b: list[int] = []
         f_arcs = flows[arcs]
+        sel = np.flatnonzero(np.isin(gkey, gk[f_arcs > 0]))
+        sel = sel[np.argsort(gkey[sel], kind="stable")]
+        gkey, e_i, e_b, e_k = gkey[sel], e_i[sel], e_b[sel], e_k[sel]
+        gstart = np.full(len(gk), -1, np.int64)
+        first = np.flatnonzero(np.concatenate([[True], gkey[1:] != gkey[:-1]])) if len(gkey) else gkey
+        gstart[np.searchsorted(gk, gkey[first])] = first
         for gi in np.flatnonzero(f_arcs > 0).tolist():
             want = int(f_arcs[gi])
             e, end = int(gstart[gi]), int(gstart[gi] + gcount[gi])
