@@ -24,7 +24,7 @@ Part 2, the timings (--perf): `kplan plan rebalance` (count and bytes balance) o
 --baseline alternated, --repeat runs each, medians; load average recorded.
 
     .venv/bin/python bench/bench_rebalance_spread.py --baseline /tmp/kplan-main --kafka-utils /tmp/ku-venv \
-        [--perf] [--repeat 3] [--repeat-large 1] [--no-table]
+        [--perf] [--repeat 3] [--repeat-large 1] [--repeat-large-bytes N] [--uniform-1m] [--no-table]
 Writes bench/out/rebalance_spread.json.
 """
 
@@ -260,8 +260,10 @@ def perf(args, work: Path) -> list[dict]:
                                                                            racks=3, seed=3))
     rows = []
     for name, snap in snaps.items():
-        reps = args.repeat_large if name.endswith("1M") else args.repeat
         for balance in (("count",) if name.startswith("uniform") else ("count", "bytes")):
+            reps = args.repeat_large if name.endswith("1M") else args.repeat
+            if name.endswith("1M") and balance == "bytes" and args.repeat_large_bytes is not None:
+                reps = args.repeat_large_bytes
             runs: dict[str, list[dict]] = {"new": [], "old": []}
             load0 = os.getloadavg()[0]
             for _ in range(reps):
@@ -304,6 +306,7 @@ def main() -> int:
                          "racks, dealt at random)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--repeat-large", type=int, default=1)
+    ap.add_argument("--repeat-large-bytes", type=int, help="runs of the 1M bytes rebalance (default --repeat-large)")
     ap.add_argument("--work", type=Path, default=HERE / "out" / "spread")
     args = ap.parse_args()
     if args.perf and not args.baseline:
