@@ -280,7 +280,8 @@ class Feasibility:
             arcs.append((nxt, rnode[b], 0, self.cap[t], 0))
             arcs.append((nxt, bnode[b], 0, self.total, 0))
             nxt += 1
-        arcs = [(u, arcs_nodes[-1 - v] if v < 0 else v, a, c, w) for u, v, a, c, w in arcs]
+        if room:
+            arcs = [(u, arcs_nodes[-1 - v] if v < 0 else v, a, c, w) for u, v, a, c, w in arcs]
         if room:
             level = self.leading // len(brokers)
             for b in brokers:
