@@ -261,6 +261,8 @@ def perf(args, work: Path) -> list[dict]:
     rows = []
     for name, snap in snaps.items():
         for balance in (("count",) if name.startswith("uniform") else ("count", "bytes")):
+            if balance not in args.balances.split(","):
+                continue
             reps = args.repeat_large if name.endswith("1M") else args.repeat
             if name.endswith("1M") and balance == "bytes" and args.repeat_large_bytes is not None:
                 reps = args.repeat_large_bytes
@@ -305,6 +307,7 @@ def main() -> int:
                     help="timings: also a count rebalance of bench_plan's uniform 1M cluster (200 brokers, RF 3, 3 "
                          "racks, dealt at random)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--balances", default="count,bytes", help="timings: which balances to time (count,bytes)")
     ap.add_argument("--repeat-large", type=int, default=1)
     ap.add_argument("--repeat-large-bytes", type=int, help="runs of the 1M bytes rebalance (default --repeat-large)")
     ap.add_argument("--work", type=Path, default=HERE / "out" / "spread")

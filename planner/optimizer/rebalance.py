@@ -64,6 +64,7 @@ from planner.optimizer.witness import leader_cap0, leader_caps, repair, witness,
 NO_LIMIT = 1 << 62
 REPLAN_LIMIT = 50_000  # partitions: up to here the leadership witness is re-planned every round
 BYTES_TOLERANCE = 0.05  # a bytes rebalance brings every broker within 5 % of the mean (byte_level.level_bytes)
+SMALL_SPREAD = 32       # bytes rebalance: a replica spread the chains try before a count round
 BYTE_ALTERNATIONS = 12  # count rounds / byte levelling alternations before the count-preserving byte swaps
 
 
@@ -141,8 +142,13 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
             counts = broker_counts(st.final, B)[e_idx]
             if counts.max() - counts.min() <= max(1, rc.spread):
                 break
-            rounds += _count_rounds(pb, st, eligible, budget_m, budget_b, mode=mode)
-            augment(pb, st, eligible, budget_m, budget_b)
+            if counts.max() - counts.min() <= SMALL_SPREAD:
+                # a few replicas off the level: chains first (a fraction of a count round's time)
+                augment(pb, st, eligible, budget_m, budget_b)
+                counts = broker_counts(st.final, B)[e_idx]
+            if counts.max() - counts.min() > max(1, rc.spread):
+                rounds += _count_rounds(pb, st, eligible, budget_m, budget_b, mode=mode)
+                augment(pb, st, eligible, budget_m, budget_b)
             rounds += level_bytes(pb, st, eligible, budget_m, budget_b)
         counts = broker_counts(st.final, B)[e_idx]
         if counts.max() - counts.min() > max(1, rc.spread):
