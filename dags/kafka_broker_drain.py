@@ -16,7 +16,7 @@ from __future__ import annotations
 from airflow.sdk import DAG, Param
 from kplan_airflow import chains
 from kplan_airflow.chains import READ_ONLY, dag_args, param
-from kplan_airflow.form import broker_picker, no_throttle_param, sizes_params, throttle_param
+from kplan_airflow.form import broker_picker, cluster_params, no_throttle_param, sizes_params, throttle_param
 from kplan_airflow.operators import DrainPlanOperator, FollowUpDrainOperator, RiskOperator
 
 with DAG(
@@ -51,14 +51,13 @@ with DAG(
                         description="Why the brokers are drained (an OS patch, a disk swap, a ticket): recorded "
                         "with their maintenance state, shown by kplan brokers and in every plan's review"),
         "verify_timeout": Param(1800, type="integer", minimum=1, title="Verify timeout (s)"),
-        "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
+        **cluster_params(),
         **sizes_params(),
         "sizes": Param(None, type=["null", "string"], title="Partition sizes file",
                        description="kafka-log-dirs.sh --describe output (optional: sizes weigh the plan)"),
     },
 ) as dag:
-    snapshot = chains.snapshot(sizes=param("sizes"), kafka_conn_id=param("kafka_conn_id"),
-                               sizes_from=param("sizes_from"))
+    snapshot = chains.snapshot(sizes=param("sizes"), sizes_from=param("sizes_from"))
     risk = RiskOperator(task_id="risk", drains=param("brokers"), mode=param("shutdown_mode"),
                         all_brokers=param("sweep"), all_racks=param("sweep"), **READ_ONLY)
     plan = DrainPlanOperator(task_id="plan", brokers=param("brokers"), exclude_topics=param("exclude_topics"),
@@ -66,7 +65,7 @@ with DAG(
                              leader_scope=param("leader_scope"), max_leader_changes=param("max_leader_changes"),
                              max_disk_usage=param("max_disk_usage"), **READ_ONLY)
     risk_after = RiskOperator(task_id="risk_after", drains=param("brokers"), mode=param("shutdown_mode"),
-                              after_plan=True, zk_conn_id=param("zk_conn_id"), **READ_ONLY)  # the cluster read again
+                              after_plan=True, reread=True, **chains.cluster(), **READ_ONLY)  # the cluster read again
     publish, approve = chains.review(throttle=param("throttle"), no_throttle=param("no_throttle"))
     apply, verify, report = chains.carry_out(throttle=param("throttle"), no_throttle=param("no_throttle"),
                                              max_concurrent_per_broker=param("max_concurrent_per_broker"),

@@ -18,7 +18,7 @@ from __future__ import annotations
 from airflow.sdk import DAG, Param
 from kplan_airflow import chains
 from kplan_airflow.chains import READ_ONLY, dag_args, param
-from kplan_airflow.form import broker_picker, no_throttle_param, sizes_params, throttle_param
+from kplan_airflow.form import broker_picker, cluster_params, no_throttle_param, sizes_params, throttle_param
 from kplan_airflow.operators import RiskOperator
 from kplan_airflow.roll_ops import (
     RestartPlanOperator,
@@ -58,24 +58,24 @@ with DAG(
         "max_disk_usage": Param(0.85, type="number", exclusiveMinimum=0, maximum=1, title="Max disk usage"),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),
         "kafka_version": Param("3.7", type="string", title="Kafka version (min-ISR rule)"),
-        "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
+        **cluster_params(),
     },
 ) as dag:
-    snapshot = chains.snapshot(kafka_conn_id=param("kafka_conn_id"), sizes_from=param("sizes_from"))
+    snapshot = chains.snapshot(sizes_from=param("sizes_from"))
     plan = RestartPlanOperator(task_id="plan", brokers=param("brokers"), order=param("order"),
                                exclude_topics=param("exclude_topics"), kafka_version=param("kafka_version"),
                                max_disk_usage=param("max_disk_usage"), **READ_ONLY)
     risk = RiskOperator(task_id="risk_after", after_plan=True, kafka_version="3.7", **READ_ONLY)
     publish, approve = chains.review(throttle=param("throttle"), no_throttle=param("no_throttle"))
-    protect = RollProtectOperator(task_id="protect", zk_conn_id=param("zk_conn_id"), throttle=param("throttle"),
+    protect = RollProtectOperator(task_id="protect", **chains.cluster(), throttle=param("throttle"),
                                   no_throttle=param("no_throttle"))
     steps = RollStepOperator.partial(
-        task_id="restart", zk_conn_id=param("zk_conn_id"), restart_conn_id=param("restart_conn_id"),
+        task_id="restart", **chains.cluster(), restart_conn_id=param("restart_conn_id"),
         restart_timeout=param("restart_timeout"), gate_timeout=param("gate_timeout"),
         pause=param("pause_between_brokers"), reason=param("reason"),
     ).expand(step=plan.output)
-    finish = RollFinishOperator(task_id="undo", zk_conn_id=param("zk_conn_id"), keep_temporary=param("keep_temporary"))
-    report = RollReportOperator(task_id="report", zk_conn_id=param("zk_conn_id"))
+    finish = RollFinishOperator(task_id="undo", **chains.cluster(), keep_temporary=param("keep_temporary"))
+    report = RollReportOperator(task_id="report", **chains.cluster())
 
     snapshot >> plan >> risk >> publish
     approve >> protect >> steps >> finish >> report

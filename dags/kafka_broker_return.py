@@ -15,7 +15,7 @@ from __future__ import annotations
 from airflow.sdk import DAG, Param
 from kplan_airflow import chains
 from kplan_airflow.chains import READ_ONLY, dag_args, param
-from kplan_airflow.form import broker_picker, throttle_param
+from kplan_airflow.form import broker_picker, cluster_params, throttle_param
 from kplan_airflow.operators import ReturnPlanOperator, RiskOperator
 
 with DAG(
@@ -38,7 +38,7 @@ with DAG(
                                            title="Max concurrent moves per broker"),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),
         "verify_timeout": Param(1800, type="integer", minimum=1, title="Verify timeout (s)"),
-        "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
+        **cluster_params(),
         "sizes": Param(None, type=["null", "string"], title="Partition sizes file"),
     },
 ) as dag:

@@ -18,7 +18,7 @@ from datetime import timedelta
 from airflow.sdk import DAG, CronTriggerTimetable, Param, conf
 from kplan_airflow import chains
 from kplan_airflow.chains import READ_ONLY, dag_args, param
-from kplan_airflow.form import no_throttle_param, sizes_params, throttle_param
+from kplan_airflow.form import cluster_params, no_throttle_param, sizes_params, throttle_param
 from kplan_airflow.operators import IdleCheckOperator, RebalancePlanOperator, RiskOperator
 
 with DAG(
@@ -50,13 +50,12 @@ with DAG(
         "max_concurrent_per_broker": Param(5, type="integer", minimum=1, maximum=1000),
         "exclude_topics": Param(None, type=["null", "string"], title="Excluded topics (regex)"),
         "verify_timeout": Param(3600, type="integer", minimum=1, title="Verify timeout (s)"),
-        "zk_conn_id": Param("zookeeper_default", type="string", minLength=1, title="ZooKeeper connection"),
+        **cluster_params(),
         **sizes_params(),
         "sizes": Param(None, type=["null", "string"], title="Partition sizes file"),
     },
 ) as dag:
-    snapshot = chains.snapshot(sizes=param("sizes"), kafka_conn_id=param("kafka_conn_id"),
-                               sizes_from=param("sizes_from"))
+    snapshot = chains.snapshot(sizes=param("sizes"), sizes_from=param("sizes_from"))
     idle = IdleCheckOperator(task_id="check_idle", busy_dag_ids=["kafka_broker_drain", "kafka_broker_return",
                                                                  "kafka_broker_restart"], **READ_ONLY)
     plan = RebalancePlanOperator(task_id="plan", max_moves=param("max_moves"), max_bytes=param("max_bytes"),

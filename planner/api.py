@@ -193,7 +193,7 @@ def risk(req: RiskRequest, *, progress: ProgressFn | None = None, spark: Any = N
 
         require("spark", "the risk job (Spark)")
     with step_output(req.out, req.force, inputs) as tmp:
-        if req.zk is None:
+        if req.zk is None and req.bootstrap is None:
             summary = run_risk(replace(req, out=tmp), prepared, spark=spark, progress=say)
         else:
             with reread(replace(req, out=tmp), Path(req.out), progress=progress) as run_req:
@@ -204,20 +204,23 @@ def risk(req: RiskRequest, *, progress: ProgressFn | None = None, spark: Any = N
 
 @contextmanager
 def reread(req: RiskRequest, final: Path, *, progress: ProgressFn | None = None) -> Iterator[RiskRequest]:
-    """Read the cluster at `req.zk` again and yield the request that scores `req.plan` on that read
+    """Read the cluster at `req.zk` (or `req.bootstrap`, KRaft) again and yield the request that scores `req.plan`
+    on that read
     (snapshot = the read, plan_snapshot = the snapshot the plan was made from). `req.out` is the step's
     temporary output folder and `final` the folder it becomes: once the block has written the job's output,
     the read is kept in it as `cluster/` (summary.json names it there). For schedulers that submit the job
     themselves (Airflow) as for `risk`."""
     import shutil
 
-    if req.plan is None or req.zk is None:
-        raise BadInput("re-reading the cluster for the risk (zk) needs a plan to score on it")
+    if req.plan is None or (req.zk is None and req.bootstrap is None):
+        raise BadInput("re-reading the cluster for the risk (zk or bootstrap) needs a plan to score on it")
     tmp = Path(req.out)
     cluster = tmp.parent / f"{tmp.name}-cluster"   # beside the job's output folder: an input, not inside it
     try:
-        snapshot(SnapshotRequest(zk=req.zk, out=cluster, auth=req.auth, timeout=req.timeout), progress=progress)
-        yield replace(req, snapshot=cluster, plan_snapshot=Path(req.snapshot), zk=None, auth=None)
+        snapshot(SnapshotRequest(zk=req.zk, bootstrap=req.bootstrap, kafka=req.kafka, out=cluster, auth=req.auth,
+                                 timeout=req.timeout), progress=progress)
+        yield replace(req, snapshot=cluster, plan_snapshot=Path(req.snapshot), zk=None, auth=None, bootstrap=None,
+                      kafka=None)
         os.rename(cluster, tmp / "cluster")
         path = tmp / "summary.json"
         doc = json.loads(path.read_text())
@@ -239,11 +242,11 @@ def risk_submit(req: RiskRequest) -> RiskSubmit:
     from planner.risk_run import job_entry
     from planner.spark import settings
 
-    if req.zk is not None and req.plan is None:
-        raise BadInput("re-reading the cluster for the risk (zk) needs a plan to score on it")
+    if (req.zk is not None or req.bootstrap is not None) and req.plan is None:
+        raise BadInput("re-reading the cluster for the risk (zk or bootstrap) needs a plan to score on it")
     risk_lib.prepare(req, kraft_ok=True)    # the job's entry runs a KRaft snapshot's rules too
-    if req.zk is not None:   # the job reads snapshots, never ZooKeeper: api.reread first
-        req = replace(req, zk=None, auth=None)
+    if req.zk is not None or req.bootstrap is not None:   # the job reads snapshots, never a cluster: api.reread first
+        req = replace(req, zk=None, auth=None, bootstrap=None, kafka=None)
     return RiskSubmit(job_entry(), tuple(to_args(req)), MappingProxyType(settings.submit_conf()),
                       settings.driver_memory(req.driver_memory))
 

@@ -116,6 +116,10 @@ class RiskRequest:
     auth: tuple[str, str] | None = field(default=None, repr=False)
     timeout: float = 10.0                     # ZooKeeper connection timeout (with zk)
     plan_snapshot: Path | None = None
+    # ... or a KRaft cluster's bootstrap servers (read through the Admin API); `kafka`: how to reach its brokers
+    # (with zk: how the brokers are asked for sizes), never logged nor in a repr
+    bootstrap: str | None = None
+    kafka: KafkaSecurity | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
+import airflow_support as af
 import pytest
+from kplan_airflow import runs
 from waiting import poll
 
 from planner import cli
@@ -36,6 +40,8 @@ SEED = {"brokers": racks(4), "topics": [
      "partitions": [{"replicas": [1, 2, 3], "size_bytes": 200_000}, {"replicas": [2, 3, 1]}]},
 ]}
 REPO = Path(__file__).resolve().parent.parent
+DRAIN, REBALANCE = "kafka_broker_drain", "kafka_nightly_rebalance"
+CONN = "kafka_kraft"
 SESSION = 3   # broker.session.timeout.ms = 3 s: a killed broker is fenced 2-3 s after its last heartbeat
 
 
@@ -300,6 +306,185 @@ def test_cli_status_stop_and_start_on_kraft(kraft, admin, capsys):
     assert cli.main(["sandbox", "start", "--dir", d, "3"]) == 0
     assert cli.main(["sandbox", "wait", "--dir", d, "--timeout", "60"]) == 0
     assert "settled: 0 offline" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Airflow on this cluster, named only by a Kafka connection (issue 24 item 4). An Airflow connection of the
+# Apache Kafka provider's type whose extra holds bootstrap.servers (the SASL_PLAINTEXT listener) and the SASL
+# settings; real Airflow (dag.test(), the REST API in process); no ZooKeeper connection anywhere. The drain runs
+# snapshot (Admin API over SASL, sizes through DescribeLogDirs over SASL) -> plan -> publish -> approve, and
+# apply fails with the library's one-line KRaft refusal; the cluster, read through the PLAINTEXT listener
+# (Kafka's own DescribeTopicPartitions), is unchanged. The nightly rebalance takes its cluster from the
+# deployment's default (`[kplan] kafka_conn_id`), as a scheduled run does. Both connections, or none, are
+# refused at trigger time by the API server. The SASL password is in no file under AIRFLOW_HOME (task logs, run
+# folders, the metadata DB) and in nothing the run printed; the same scan finds it in the sandbox's private
+# sandbox.json, so it can fail. The risk tasks (spark-submit of the risk job, ~20 s each) are marked successful
+# to stay within the CI budget: the KRaft rules through spark-submit are tested in test_kraft_risk_spark, and the
+# re-read risk_after does first (api.reread through the connection's bootstrap and SASL) is run below.
+
+@pytest.fixture(scope="module")
+def env(kraft, tmp_path_factory):
+    sasl = kraft.kafka_sasl
+    extra = {"bootstrap.servers": ",".join(sorted(kraft.kafka_endpoints("SASL_PLAINTEXT").values())),
+             "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+             "sasl.username": sasl["username"], "sasl.password": sasl["password"]}
+    home = tmp_path_factory.mktemp("airflow_kraft") / "home"
+    with af.airflow_env(home, spark_master="local[2]") as e:   # no ZooKeeper connection at all
+        os.environ[f"AIRFLOW_CONN_{CONN.upper()}"] = json.dumps({"conn_type": "kafka", "extra": extra})
+        os.environ["AIRFLOW__KPLAN__SKIP_REVIEW"] = "True"     # a drain passes review: apply's refusal is the point
+        yield {"home": home, "env": e, "password": sasl["password"], "username": sasl["username"]}
+
+
+def assignment(kraft: Sandbox) -> dict[tuple[str, int], list[int]]:
+    """Replicas per partition from Kafka itself (DescribeTopicPartitions on the PLAINTEXT listener)."""
+    a = ka.connect(kraft.bootstrap_servers)
+    try:
+        return {k: list(v["replicas"]) for k, v in ka.describe_topic_partitions(a).items()}
+    finally:
+        a.close()
+
+
+def secret_in(root: Path, secret: str) -> list[str]:
+    """Every file under `root` whose bytes contain `secret`."""
+    needle = secret.encode()
+    return sorted(str(p) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes())
+
+
+@contextmanager
+def output_to(path: Path):
+    """Everything this process writes to stdout and stderr (fds 1 and 2: the tasks' logs under dag.test(), the
+    Spark job's output) also goes to `path`, until the block ends."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "wb") as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+@pytest.fixture(scope="module")
+def drain(env, kraft, pytestconfig):
+    start = assignment(kraft)
+    out = env["home"].parent / "drain-output.log"
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled(), output_to(out):
+        dr, _ = af.run_dag(DRAIN, {"brokers": [1], "zk_conn_id": None, "kafka_conn_id": CONN,
+                                   "throttle": 50_000_000}, mark_success="risk|risk_after", deadline=180)
+    return {"dr": dr, "start": start, "end": assignment(kraft), "run": runs.run_folder(DRAIN, dr.run_id),
+            "output": out}
+
+
+def test_drain_reads_the_kraft_cluster_through_the_kafka_connection_and_apply_refuses(env, kraft, drain):
+    dr, run = drain["dr"], drain["run"]
+    st = af.states(dr)
+    assert {k: st[k] for k in ("snapshot", "plan", "publish", "approve")} == dict.fromkeys(
+        ("snapshot", "plan", "publish", "approve"), "success"), st
+    assert st["apply"] == "failed" and st["verify"] == "upstream_failed", st
+    # the snapshot: the cluster as described above, read over SASL, sizes from every broker over SASL
+    m = json.loads((run.root / "snapshot" / "manifest.json").read_text())
+    assert m["source"]["backend"] == "kraft" and m["source"]["security_protocol"] == "SASL_PLAINTEXT"
+    assert m["log_dirs"]["brokers_answered"] == 4
+    assert m["counts"]["partitions"] == 3 and m["counts"]["brokers"] == 4
+    # the plan (Kafka's reassignment format): broker 1 emptied, every partition keeps its replica count
+    plan = json.loads((run.root / "plan" / "reassignment.json").read_text())
+    target = {(p["topic"], p["partition"]): p["replicas"] for p in plan["partitions"]}
+    for key, replicas in drain["start"].items():
+        now = target.get(key, replicas)
+        assert 1 not in now and len(now) == len(replicas), (key, replicas, now)
+    # apply: the library's refusal, one line, in the run's review record; nothing written to the cluster
+    review = json.loads((run.root / runs.REVIEW).read_text())
+    assert review["failed_task"] == "apply" and review["status"] == "failed at apply"
+    assert "was made from a KRaft snapshot: apply on KRaft needs the Admin API writer" in review["error"]
+    assert "\n" not in review["error"] and "Traceback" not in review["error"]
+    assert drain["end"] == drain["start"]
+    assert not (run.root / "apply").exists()
+
+
+def test_risk_afters_reread_reads_the_cluster_through_the_connection(env, kraft, drain, tmp_path):
+    """What the drain's risk_after does before its Spark job: api.reread with the connection's bootstrap servers
+    and SASL settings (through the provider's parsing), yielding the job's request with no cluster in it."""
+    from kplan_airflow.kafka_conn import KafkaClusterHook
+
+    from planner import api
+
+    target = KafkaClusterHook(kafka_config_id=CONN).target()
+    run, out = drain["run"], tmp_path / "risk-after.tmp"
+    out.mkdir()
+    req = api.RiskRequest(snapshot=run.snapshot, out=out, plan=run.plan, drains=((1,),), zk=None,
+                          bootstrap=target.bootstrap, kafka=target.security)
+    assert env["password"] not in repr(req)
+    with api.reread(req, tmp_path / "risk-after") as job:
+        again = json.loads((job.snapshot / "manifest.json").read_text())
+        assert (job.zk, job.bootstrap, job.kafka, job.plan_snapshot) == (None, None, None, run.snapshot)
+        (out / "summary.json").write_text(json.dumps({"snapshot": {"path": str(job.snapshot)}}))  # the job's part
+    assert again["source"]["backend"] == "kraft" and again["source"]["security_protocol"] == "SASL_PLAINTEXT"
+    assert again["log_dirs"]["brokers_answered"] == 4 and again["counts"]["partitions"] == 3
+    assert json.loads((out / "summary.json").read_text())["snapshot"]["path"] == str(tmp_path / "risk-after" / "cluster")
+
+
+def test_no_credential_in_any_task_log_run_folder_or_output(env, kraft, drain):
+    home, pw = env["home"], env["password"]
+    logs = [p for p in (home / "logs").rglob("*") if p.is_file()] if (home / "logs").exists() else []
+    text = drain["output"].read_text(errors="replace") + "".join(p.read_text(errors="replace") for p in logs)
+    # the capture holds the tasks' own lines (the snapshot task names where it read, over SASL, as whom) ...
+    assert f"SASL PLAIN user {env['username']}; Kafka connection '{CONN}'" in text
+    # ... and no password: not in a log, the run folders, Airflow's DB, nor anything printed
+    assert pw not in text
+    assert secret_in(home, pw) == []
+    # the same scan finds it where it is (the sandbox's private record of its SASL user)
+    assert str(kraft.dir / "sandbox.json") in secret_in(kraft.dir, pw)
+
+
+def test_nightly_rebalance_takes_the_deployments_kafka_connection(env, kraft, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__KPLAN__KAFKA_CONN_ID", CONN)     # a KRaft deployment's default, as scheduled
+    start = assignment(kraft)
+    dag = af.load_dag(REBALANCE)
+    assert dag.params["kafka_conn_id"] == CONN and dag.params["zk_conn_id"] is None
+    # the defaults, as a scheduled run has them; approved by a person through the REST API (the risk after
+    # the plan is not scored here, so auto-approve does not apply)
+    dr, approver = af.run_dag(REBALANCE, {}, decide=lambda d: "Approve", mark_success="risk_after", deadline=180)
+    assert approver.answered == "Approve"
+    st = af.states(dr)
+    assert {k: st[k] for k in ("snapshot", "check_idle", "plan", "publish", "approve")} == dict.fromkeys(
+        ("snapshot", "check_idle", "plan", "publish", "approve"), "success"), st
+    assert st["apply"] == "failed", st
+    run = runs.run_folder(REBALANCE, dr.run_id)
+    moves = json.loads((run.root / "plan" / "reassignment.json").read_text())["partitions"]
+    assert any(4 in p["replicas"] for p in moves), "the empty broker 4 got nothing"
+    assert "KRaft snapshot: apply on KRaft" in json.loads((run.root / runs.REVIEW).read_text())["error"]
+    assert assignment(kraft) == start
+
+
+def test_both_connections_or_none_are_refused_at_trigger_time(env):
+    """Through Airflow's REST API in process, with the plugin's trigger check in front of it."""
+    af.sync_dags()
+    api = af.local.ApiClient(af.PASSWORD)
+
+    def trigger(dag_id: str, conf: dict) -> tuple[int, str]:
+        r = api.client.post(f"/api/v2/dags/{dag_id}/dagRuns", headers=api.headers,
+                            json={"logical_date": None, "conf": conf})
+        return r.status_code, r.json().get("detail") if r.status_code == 400 else ""
+
+    both = trigger(REBALANCE, {"zk_conn_id": "zookeeper_default", "kafka_conn_id": CONN})
+    assert both == (400, "Cluster: both a ZooKeeper connection (zookeeper_default) and a Kafka connection "
+                         f"({CONN}) are given: name the cluster by one of them, the ZooKeeper connection for a "
+                         "ZooKeeper-mode cluster or the Kafka connection (bootstrap.servers and its SASL / SSL "
+                         "settings) for a KRaft cluster, and clear the other. Nothing was triggered.")
+    code, why = trigger(DRAIN, {"brokers": [1], "zk_conn_id": None, "kafka_conn_id": ""})
+    assert code == 400 and why.startswith("Cluster: no cluster is named: give a ZooKeeper connection")
+    # the form's default (zookeeper_default) plus a Kafka connection is two as well
+    assert trigger(DRAIN, {"brokers": [1], "kafka_conn_id": CONN})[0] == 400
+    # exactly one passes the check and becomes a run (queued: no scheduler here)
+    assert trigger(DRAIN, {"brokers": [1], "zk_conn_id": None, "kafka_conn_id": CONN})[0] == 200
 
 
 def test_down_leaves_no_jvm(kraft):

@@ -34,9 +34,19 @@ def param(name: str) -> str:
     return "{{ params." + name + " }}"
 
 
+CLUSTER = {"zk_conn_id": param("zk_conn_id"), "kafka_conn_id": param("kafka_conn_id")}
+
+
+def cluster() -> dict[str, str]:
+    """The run's cluster connections (params zk_conn_id and kafka_conn_id, exactly one of them set: a
+    ZooKeeper-mode cluster or a KRaft one), as operator arguments."""
+    return dict(CLUSTER)
+
+
 def snapshot(**kwargs: Any) -> SnapshotOperator:
-    """Task `snapshot`: the cluster from the run's ZooKeeper connection (param zk_conn_id), retried."""
-    return SnapshotOperator(task_id="snapshot", zk_conn_id=param("zk_conn_id"), **kwargs, **READ_ONLY)
+    """Task `snapshot`: the cluster from the run's connection (ZooKeeper, or a Kafka connection for KRaft),
+    retried."""
+    return SnapshotOperator(task_id="snapshot", **cluster(), **kwargs, **READ_ONLY)
 
 
 def review(*, approval_timeout: timedelta = timedelta(hours=24), **publish: Any
@@ -54,11 +64,10 @@ def review(*, approval_timeout: timedelta = timedelta(hours=24), **publish: Any
 
 
 def carry_out(**apply: Any) -> tuple[ApplyOperator, VerifyOperator, ReportOperator]:
-    """Tasks `apply` >> `verify` >> `report` on the run's ZooKeeper connection; verify waits up to the param
+    """Tasks `apply` >> `verify` >> `report` on the run's cluster connection; verify waits up to the param
     verify_timeout. `apply`: ApplyOperator's arguments (throttle, no_throttle, concurrency, reason)."""
-    apply_task = ApplyOperator(task_id="apply", zk_conn_id=param("zk_conn_id"), **apply)
-    verify = VerifyOperator(task_id="verify", zk_conn_id=param("zk_conn_id"), timeout=param("verify_timeout"),
-                            **READ_ONLY)
+    apply_task = ApplyOperator(task_id="apply", **cluster(), **apply)
+    verify = VerifyOperator(task_id="verify", **cluster(), timeout=param("verify_timeout"), **READ_ONLY)
     report = ReportOperator(task_id="report")
     apply_task >> verify >> report
     return apply_task, verify, report

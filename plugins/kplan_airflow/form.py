@@ -60,17 +60,63 @@ def broker_picker(title: str, description: str) -> Any:
                  **extra)
 
 
+def _given(conn_id: Any) -> str | None:
+    """A connection id from a form field, or None for an empty one (null, "", the text "None")."""
+    text = str(conn_id).strip() if conn_id is not None else ""
+    return text if text and text != "None" else None
+
+
+def cluster_defaults() -> dict[str, str | None]:
+    """The form's default cluster connections: `[kplan] kafka_conn_id` (AIRFLOW__KPLAN__KAFKA_CONN_ID) when the
+    deployment's cluster is KRaft, else the ZooKeeper connection `zookeeper_default`. Exactly one is set, so a
+    scheduled run (the nightly rebalance) and a trigger that leaves both fields alone name one cluster."""
+    from airflow.sdk import conf
+
+    kafka = _given(conf.get("kplan", "kafka_conn_id", fallback=None))
+    return {"zk_conn_id": None if kafka else "zookeeper_default", "kafka_conn_id": kafka}
+
+
+def cluster_problem(zk_conn_id: Any, kafka_conn_id: Any) -> str | None:
+    """Why a run's two connection fields do not name exactly one cluster, or None. The trigger check refuses
+    such a trigger, and the first task of a run started otherwise (dag.test(), a follow-up) fails with it."""
+    zk, kafka = _given(zk_conn_id), _given(kafka_conn_id)
+    if zk and kafka:
+        return (f"both a ZooKeeper connection ({zk}) and a Kafka connection ({kafka}) are given: name the cluster by "
+                "one of them, the ZooKeeper connection for a ZooKeeper-mode cluster or the Kafka connection "
+                "(bootstrap.servers and its SASL / SSL settings) for a KRaft cluster, and clear the other")
+    if not zk and not kafka:
+        return ("no cluster is named: give a ZooKeeper connection (a ZooKeeper-mode cluster) or a Kafka connection of "
+                "the Apache Kafka provider's type (a KRaft cluster)")
+    return None
+
+
+def cluster_params() -> dict[str, Any]:
+    """The two Params that name the cluster, exactly one of them (kplan_airflow.trigger_check refuses both or
+    neither before a run exists)."""
+    from airflow.sdk import Param
+
+    default = cluster_defaults()
+    return {
+        "zk_conn_id": Param(default["zk_conn_id"], type=["null", "string"], title="ZooKeeper connection",
+                            description="A ZooKeeper-mode cluster: a connection of type zookeeper (hosts, chroot, "
+                            "digest auth). Leave empty for a KRaft cluster"),
+        "kafka_conn_id": Param(default["kafka_conn_id"], type=["null", "string"], title="Kafka connection",
+                               description="A KRaft cluster: a connection of the Apache Kafka provider's type whose "
+                               "extra holds bootstrap.servers and the client's security.protocol, sasl.*, ssl.* "
+                               "(never logged). Leave empty for a ZooKeeper-mode cluster"),
+    }
+
+
 def sizes_params() -> dict[str, Any]:
-    """The two Params every planning DAG shares: where sizes come from, and the Kafka connection to ask."""
+    """The Param every planning DAG with sizes shares: where sizes come from (the brokers are asked through the
+    run's cluster connection; for a ZooKeeper-mode cluster whose brokers need SASL or SSL, the ZooKeeper
+    connection's extra names a Kafka connection with those settings: {"kafka_conn_id": "..."})."""
     from airflow.sdk import Param
 
     return {
         "sizes_from": Param("brokers", enum=["brokers", "none"], title="Sizes from",
                             description="brokers = partition sizes and disk capacity from the brokers' "
                             "DescribeLogDirs; none = count-only (the plan then needs a throttle or no_throttle)"),
-        "kafka_conn_id": Param(None, type=["null", "string"], title="Kafka connection",
-                               description="Apache Kafka connection (security.protocol, SASL, SSL) through which "
-                               "the brokers are asked for sizes and disk capacity; empty = PLAINTEXT"),
     }
 
 

@@ -2,7 +2,9 @@
 
 Fields: host = the ensemble, comma-separated (`zk1:2181,zk2:2181`; a host without a port gets the
 connection's port, else 2181), schema = Kafka's chroot (`kafka` for `zookeeper.connect=.../kafka`), login and
-password = ZooKeeper digest credentials (both or neither). The password goes only into the planner's request
+password = ZooKeeper digest credentials (both or neither), extra (optional) = `{"kafka_conn_id": "..."}`: a connection
+of the Apache Kafka provider's type whose SASL / SSL settings the brokers are asked for sizes with
+(DescribeLogDirs; its bootstrap.servers is not used: the brokers are asked where they registered). The password goes only into the planner's request
 (`auth`, excluded from its repr) and from there into the ZooKeeper session; Airflow masks it in task logs
 because it is a connection password, and nothing here logs it.
 """
@@ -29,6 +31,7 @@ class ZkTarget:
 
     connect: str                                              # host:port[,host:port...][/chroot]
     auth: tuple[str, str] | None = field(default=None, repr=False)
+    kafka_conn_id: str | None = None                          # the brokers' security settings, for sizes
 
     def __str__(self) -> str:
         return self.connect + (" (digest auth)" if self.auth else "")
@@ -80,7 +83,13 @@ class ZooKeeperHook(BaseHook):
             raise ZooKeeperConnectionError(
                 f"connection {self.zookeeper_conn_id!r}: digest auth needs both login and password "
                 f"(got only the {'login' if login else 'password'})")
-        return ZkTarget(connect, (login, password) if login and password else None)
+        extra = conn.extra_dejson if conn.extra else {}
+        kafka = extra.get("kafka_conn_id") if isinstance(extra, dict) else None
+        if kafka is not None and (not isinstance(kafka, str) or not kafka.strip()):
+            raise ZooKeeperConnectionError(
+                f"connection {self.zookeeper_conn_id!r}: extra's kafka_conn_id must name a Kafka connection")
+        return ZkTarget(connect, (login, password) if login and password else None,
+                        kafka.strip() if kafka else None)
 
     def test_connection(self) -> tuple[bool, str]:
         """The UI's "Test" button: connect read-only and count the registered brokers."""

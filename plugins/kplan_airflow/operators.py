@@ -182,7 +182,55 @@ def _zk(conn_id: str):
     try:
         return ZooKeeperHook(conn_id).get_conn()
     except ZooKeeperConnectionError as e:
-        raise AirflowFailException(f"ZooKeeper connection {conn_id!r}: {e}") from e
+        raise AirflowFailException(f"ZooKeeper connection {conn_id!r}: {e}") from None
+
+
+def cluster(zk_conn_id: Any, kafka_conn_id: Any) -> Any:
+    """The run's cluster: a ZkTarget (a ZooKeeper-mode cluster, from its `zookeeper` connection) or a
+    KafkaTarget (a KRaft cluster, from a connection of the Apache Kafka provider's type), exactly one of them
+    named (kplan_airflow.form.cluster_problem: both or neither fails the task with the reason)."""
+    from kplan_airflow.form import _given, cluster_problem
+
+    why = cluster_problem(zk_conn_id, kafka_conn_id)
+    if why:
+        raise AirflowFailException(f"Cluster: {why}")
+    zk = _given(zk_conn_id)
+    if zk:
+        return _zk(zk)
+    from kplan_airflow.kafka_conn import KafkaClusterHook, KafkaConnectionError
+
+    try:
+        return call("snapshot", KafkaClusterHook(kafka_config_id=_given(kafka_conn_id)).target)
+    except KafkaConnectionError as e:
+        raise AirflowFailException(str(e)) from None
+
+
+def is_kraft_conn(zk_conn_id: Any, kafka_conn_id: Any) -> bool:
+    from kplan_airflow.form import _given
+
+    return not _given(zk_conn_id) and bool(_given(kafka_conn_id))
+
+
+def is_kraft(target: Any) -> bool:
+    return hasattr(target, "bootstrap")
+
+
+def target_fields(target: Any) -> dict[str, Any]:
+    """A request's cluster fields: zk + auth (ZooKeeper mode) or bootstrap + kafka (KRaft)."""
+    if is_kraft(target):
+        return {"zk": None, "bootstrap": target.bootstrap, "kafka": target.security}
+    return {"zk": target.connect, "auth": target.auth}
+
+
+def kraft_writer(request: type, plan: api.Plan, step: str) -> None:
+    """A write step (apply, verify, roll) on a KRaft cluster: until the request can carry bootstrap servers (the
+    Admin API writer), the library's own refusal, as one line (planner.api.refuse_kraft_write)."""
+    if any(f.name == "bootstrap" for f in dataclasses.fields(request)):
+        return
+    if (plan.snapshot or {}).get("backend", "zookeeper") == "zookeeper":
+        raise AirflowFailException(f"plan {plan.id[:19]} was made from a ZooKeeper snapshot, but this run names a "
+                                   "KRaft cluster (a Kafka connection): nothing was written")
+    call(step, api.refuse_kraft_write, plan, step)
 
 
 def _log_progress(op: BaseOperator, every: float = 30.0) -> Callable[[api.Progress], None]:
@@ -212,15 +260,17 @@ def _log_progress(op: BaseOperator, every: float = 30.0) -> Callable[[api.Progre
 
 @shows_failures
 class SnapshotOperator(BaseOperator):
-    """Read the cluster from ZooKeeper into <run>/snapshot, with sizes and disk capacity from the brokers
-    (read-only; safe to retry). `kafka_conn_id`: a connection of the Apache Kafka provider's type (conn type
-    `kafka`, its extra the librdkafka config: security.protocol, sasl.mechanism, sasl.username,
-    sasl.password, ssl.*); none: PLAINTEXT. Its secrets go only to the Kafka client."""
+    """Read the cluster into <run>/snapshot, with sizes and disk capacity from the brokers (read-only; safe to
+    retry). Exactly one of `zk_conn_id` (a ZooKeeper-mode cluster, read from ZooKeeper; its brokers asked for
+    sizes with the security of the Kafka connection its extra names, else PLAINTEXT) and `kafka_conn_id` (a
+    KRaft cluster, read through the Admin API: a connection of the Apache Kafka provider's type, conn type
+    `kafka`, its extra the librdkafka config: bootstrap.servers, security.protocol, sasl.mechanism,
+    sasl.username, sasl.password, ssl.*). Secrets go only to the Kafka client."""
 
     template_fields: Sequence[str] = ("zk_conn_id", "sizes", "timeout", "kafka_conn_id", "sizes_from")
     ui_color = "#e8f4fd"
 
-    def __init__(self, *, zk_conn_id: str = "zookeeper_default", sizes: str | None = None,
+    def __init__(self, *, zk_conn_id: str | None = "zookeeper_default", sizes: str | None = None,
                  timeout: float = 10.0, kafka_conn_id: str | None = None, sizes_from: str = "brokers",
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -236,11 +286,12 @@ class SnapshotOperator(BaseOperator):
         if m is not None:
             self.log.info("reusing the complete snapshot %s (written by an earlier try)", run.snapshot)
             return {"path": str(run.snapshot), "fingerprint": m.get("fingerprint"), "reused": True}
-        target = _zk(self.zk_conn_id)
+        target = cluster(self.zk_conn_id, self.kafka_conn_id)
         self.log.info("snapshot of %s -> %s", target, run.snapshot)
-        req = api.SnapshotRequest(zk=target.connect, out=run.snapshot, auth=target.auth,
-                                  sizes=Path(self.sizes) if self.sizes else None, timeout=float(self.timeout),
-                                  kafka=_kafka(self.kafka_conn_id), sizes_from=str(self.sizes_from or "brokers"))
+        where = target_fields(target) if is_kraft(target) else {"zk": target.connect, "auth": target.auth,
+                                                                "kafka": _kafka(target.kafka_conn_id)}
+        req = api.SnapshotRequest(**where, out=run.snapshot, sizes=Path(self.sizes) if self.sizes else None,
+                                  timeout=float(self.timeout), sizes_from=str(self.sizes_from or "brokers"))
         out = call("snapshot", api.snapshot, req, progress=_log_progress(self))
         for w in out.warnings:
             self.log.warning("snapshot warning: %s", dict(w))
@@ -254,13 +305,15 @@ def _offer_brokers(op: BaseOperator, path: Path) -> None:
 
     try:
         snap = api.read_snapshot(path)
-        form.write_known_brokers(snap.brokers.to_pylist(), snap.manifest.get("taken_at"), op.zk_conn_id)
+        form.write_known_brokers(snap.brokers.to_pylist(), snap.manifest.get("taken_at"),
+                                 form._given(op.zk_conn_id) or form._given(op.kafka_conn_id))
     except Exception:  # noqa: BLE001 (the picker is a convenience; the snapshot itself is done)
         op.log.warning("could not record the snapshot's brokers for the trigger forms", exc_info=True)
 
 
 def _kafka(conn_id: str | None) -> Any:
-    """KafkaSecurity from an Apache Kafka provider connection (its extra is the client config)."""
+    """KafkaSecurity from an Apache Kafka provider connection (its extra is the client config): how a
+    ZooKeeper-mode cluster's brokers are asked for sizes."""
     if conn_id in (None, "", "None"):
         return None
     from airflow.sdk import BaseHook
@@ -283,14 +336,16 @@ class RiskOperator(SparkSubmitOperator):
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "drains", "mode", "all_brokers",
-                                      "all_racks", "zk_conn_id")
+                                      "all_racks", "zk_conn_id", "kafka_conn_id")
     ui_color = "#fdf2e8"
 
     def __init__(self, *, drains: Any = (), mode: str = "both", all_brokers: Any = False, all_racks: Any = False,
                  after_plan: bool = False, kafka_version: str = "3.7", conn_id: str = "spark_default",
-                 zk_conn_id: str | None = None, **kwargs: Any) -> None:
+                 zk_conn_id: str | None = None, kafka_conn_id: str | None = None, reread: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(conn_id=conn_id, name="kplan-drain-risk", **kwargs)
-        self.zk_conn_id = zk_conn_id   # after_plan: read the cluster again and score the plan on it (api.reread)
+        # reread (with after_plan): read the run's cluster again and score the plan on it (api.reread)
+        self.zk_conn_id, self.kafka_conn_id, self.reread = zk_conn_id, kafka_conn_id, reread
         self.drains = drains
         self.mode = mode
         self.all_brokers = all_brokers
@@ -329,12 +384,14 @@ class RiskOperator(SparkSubmitOperator):
                     "to YARN): define it, e.g. AIRFLOW_CONN_SPARK_DEFAULT='{\"conn_type\": \"spark\", \"host\": "
                     "\"local[2]\"}' or spark://master:7077") from None
             inputs = (run.snapshot, run.plan) if self.after_plan else (run.snapshot,)
-            target = _zk(self.zk_conn_id) if self.after_plan and self.zk_conn_id else None
+            target = cluster(self.zk_conn_id, self.kafka_conn_id) if self.after_plan and self.reread else None
             with planner_errors(step), run.step_writer(step, inputs=inputs) as tmp, ExitStack() as stack:
                 job_req = dataclasses.replace(req, out=tmp)
                 if target is not None:   # whatever appeared since the snapshot counts (issue 19)
-                    job_req = stack.enter_context(api.reread(dataclasses.replace(
-                        job_req, zk=target.connect, auth=target.auth), final, progress=_log_progress(self)))
+                    where = target_fields(target) if is_kraft(target) else {
+                        "zk": target.connect, "auth": target.auth, "kafka": _kafka(target.kafka_conn_id)}
+                    job_req = stack.enter_context(api.reread(dataclasses.replace(job_req, **where), final,
+                                                             progress=_log_progress(self)))
                 spec = api.risk_submit(job_req)
                 self.application = str(spec.application)
                 self.application_args = list(spec.args)
@@ -650,17 +707,19 @@ class ApplyOperator(BaseOperator):
     by Airflow: a second apply of the same plan resumes where the first stopped, so run it again by hand
     (clear the task) once the cause is understood. Runs in the apply pool (one apply at a time)."""
 
-    template_fields: Sequence[str] = ("zk_conn_id", "throttle", "max_concurrent_per_broker", "reason", "no_throttle")
+    template_fields: Sequence[str] = ("zk_conn_id", "kafka_conn_id", "throttle", "max_concurrent_per_broker", "reason",
+                                      "no_throttle")
     ui_color = "#fde8e8"
 
-    def __init__(self, *, zk_conn_id: str = "zookeeper_default", throttle: Any = None,
+    def __init__(self, *, zk_conn_id: str | None = "zookeeper_default", kafka_conn_id: str | None = None,
+                 throttle: Any = None,
                  max_concurrent_per_broker: Any = None, publish_task_id: str = "publish", reason: Any = None,
                  no_throttle: Any = False,
                  **kwargs: Any) -> None:
         kwargs["retries"] = 0
         kwargs.setdefault("pool", runs.apply_pool())
         super().__init__(**kwargs)
-        self.zk_conn_id = zk_conn_id
+        self.zk_conn_id, self.kafka_conn_id = zk_conn_id, kafka_conn_id
         self.throttle = throttle
         self.max_concurrent_per_broker = max_concurrent_per_broker
         self.publish_task_id = publish_task_id
@@ -675,8 +734,10 @@ class ApplyOperator(BaseOperator):
             raise AirflowFailException(str(SafetyRefusal(
                 f"the plan in {run.plan} is {plan.id}, but the plan reviewed in this run was {published}: "
                 "refusing to apply a plan nobody approved")))
-        target = _zk(self.zk_conn_id)
-        fields = {"zk": target.connect, "plan": run.plan, "out": run.apply, "auth": target.auth,
+        target = cluster(self.zk_conn_id, self.kafka_conn_id)
+        if is_kraft(target):
+            kraft_writer(api.ApplyRequest, plan, "apply")
+        fields = {**target_fields(target), "plan": run.plan, "out": run.apply,
                   "throttle": _opt_int(self.throttle), "no_throttle": _truthy(self.no_throttle),
                   "max_concurrent_per_broker": _opt_int(self.max_concurrent_per_broker),
                   # recorded with a drain's / return's brokers' maintenance state (kplan brokers shows it)
@@ -736,29 +797,30 @@ class VerifyOperator(BaseOperator):
     the same wait. `deferrable=False` waits in the worker, as verify did before (a deployment without a
     triggerer)."""
 
-    template_fields: Sequence[str] = ("zk_conn_id", "timeout")
+    template_fields: Sequence[str] = ("zk_conn_id", "kafka_conn_id", "timeout")
     ui_color = "#e8fdf5"
 
-    def __init__(self, *, zk_conn_id: str = "zookeeper_default", timeout: Any = 600, deferrable: bool = True,
-                 poll_interval: float = 10.0, **kwargs: Any) -> None:
+    def __init__(self, *, zk_conn_id: str | None = "zookeeper_default", kafka_conn_id: str | None = None,
+                 timeout: Any = 600, deferrable: bool = True, poll_interval: float = 10.0, **kwargs: Any) -> None:
         kwargs.setdefault("pool", runs.apply_pool())
         super().__init__(**kwargs)
-        self.zk_conn_id = zk_conn_id
+        self.zk_conn_id, self.kafka_conn_id = zk_conn_id, kafka_conn_id
         self.timeout = timeout
         self.deferrable = deferrable
         self.poll_interval = poll_interval
 
     def _request(self, run: api.RunFolder, **fields: Any) -> api.VerifyRequest:
-        target = _zk(self.zk_conn_id)
+        target = cluster(self.zk_conn_id, self.kafka_conn_id)
+        if is_kraft(target):
+            kraft_writer(api.VerifyRequest, call("verify", api.read_plan, run.plan), "verify")
         # report.json goes to the run folder (the library's default for a plan in <run>/plan)
         # fail=False: a timeout returns converged=False (report.json written) so the review record says so
-        return _request(api.VerifyRequest, {"zk": target.connect, "plan": run.plan, "auth": target.auth,
-                                            "fail": False, **fields})
+        return _request(api.VerifyRequest, {**target_fields(target), "plan": run.plan, "fail": False, **fields})
 
     def execute(self, context: Context) -> dict[str, Any]:
         run = run_folder(context)
         runs.update_review(run, status="verifying")
-        if not self.deferrable:
+        if not self.deferrable or is_kraft_conn(self.zk_conn_id, self.kafka_conn_id):   # the trigger reads ZooKeeper
             return self._finish(context, run, wait=float(self.timeout))
         started = time.time()
         status = call("verify", api.verify_probe, self._request(run))
@@ -884,7 +946,8 @@ class IdleCheckOperator(BaseOperator):
 
 
 FOLLOW_UP_PARAMS = ("shutdown_mode", "sweep", "leader_scope", "max_leader_changes", "throttle",
-                    "max_concurrent_per_broker", "exclude_topics", "verify_timeout", "zk_conn_id", "sizes")
+                    "max_concurrent_per_broker", "exclude_topics", "verify_timeout", "zk_conn_id", "kafka_conn_id",
+                    "sizes", "sizes_from")
 
 
 class FollowUpDrainOperator(TriggerDagRunOperator):

@@ -12,20 +12,23 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "kafka-maintenance-planner",
         "name": "Kafka Maintenance Planner",
-        "description": "Drain and rebalance ZooKeeper-mode Kafka clusters: snapshot, drain risk (Spark), "
-                       "OR-Tools plans reviewed in the Airflow UI, apply and verify through ZooKeeper.",
+        "description": "Drain and rebalance Kafka clusters (ZooKeeper mode through ZooKeeper, KRaft through the "
+                       "Admin API): snapshot, drain risk (Spark), OR-Tools plans reviewed in the Airflow UI, apply "
+                       "and verify.",
         "connection-types": [
             {
                 "connection-type": "zookeeper",
                 "hook-class-name": "kplan_airflow.hooks.ZooKeeperHook",
                 "hook-name": "ZooKeeper (Kafka)",
                 "ui-field-behaviour": {
-                    "hidden-fields": ["extra"],
+                    "hidden-fields": [],
                     "relabeling": {"host": "Hosts", "schema": "Chroot", "login": "Digest user",
                                    "password": "Digest password"},
                     "placeholders": {"host": "zk1:2181,zk2:2181,zk3:2181", "port": "2181",
                                      "schema": "kafka (Kafka's chroot, without the leading /)",
-                                     "login": "only when ZooKeeper ACLs need digest auth"},
+                                     "login": "only when ZooKeeper ACLs need digest auth",
+                                     "extra": '{"kafka_conn_id": "kafka_brokers"} (optional: a Kafka connection '
+                                              'whose SASL / SSL settings the brokers are asked for sizes with)'},
                 },
             }
         ],
@@ -41,6 +44,15 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "string",
                         "example": "/data/kplan/runs",
                         "default": RUNS_ROOT_DEFAULT,
+                    },
+                    "kafka_conn_id": {
+                        "description": "A KRaft deployment's cluster: the Apache Kafka provider connection the "
+                                       "DAGs' Kafka connection field defaults to (their ZooKeeper connection field "
+                                       "then defaults to empty). Unset: the ZooKeeper connection zookeeper_default.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "kafka_default",
+                        "default": None,
                     },
                     "apply_pool": {
                         "description": "Airflow pool (1 slot) every apply task runs in, so a manual drain and "

@@ -38,8 +38,10 @@ from kplan_airflow.operators import (
     _opt_int,
     _plan_xcom,
     _truthy,
-    _zk,
     call,
+    cluster,
+    is_kraft,
+    kraft_writer,
     run_folder,
 )
 from kplan_airflow.triggers import RollTrigger
@@ -86,7 +88,9 @@ class RestartPlanOperator(PlanOperator):
 
 def _request(self: Any, context: Context, **fields: Any) -> api.RollRequest:
     run = run_folder(context)
-    target = _zk(self.zk_conn_id)
+    target = cluster(self.zk_conn_id, getattr(self, "kafka_conn_id", None))
+    if is_kraft(target):   # the roll writes through ZooKeeper only: refused on KRaft, one line, nothing written
+        kraft_writer(api.RollRequest, call("roll", api.read_plan, run.plan), "roll")
     base = {"zk": target.connect, "plan": run.plan, "auth": target.auth, "poll": float(self.poll),
             "run": f"{context['dag'].dag_id}/{context['run_id']}"}
     return api.RollRequest(**{**base, **fields})
@@ -96,17 +100,17 @@ class RollProtectOperator(BaseOperator):
     """The roll's temporary replicas (planner.api.roll, part protect: its batches, throttled, locked,
     resumable). Never retried by Airflow: running it again resumes."""
 
-    template_fields: Sequence[str] = ("zk_conn_id", "throttle", "no_throttle", "reason")
+    template_fields: Sequence[str] = ("zk_conn_id", "kafka_conn_id", "throttle", "no_throttle", "reason")
     ui_color = "#fde8e8"
 
-    def __init__(self, *, zk_conn_id: str = "zookeeper_default", throttle: Any = None, no_throttle: Any = False,
-                 reason: str | None = None, poll: float = 1.0, publish_task_id: str = "publish",
-                 **kwargs: Any) -> None:
+    def __init__(self, *, zk_conn_id: str | None = "zookeeper_default", kafka_conn_id: str | None = None,
+                 throttle: Any = None, no_throttle: Any = False, reason: str | None = None, poll: float = 1.0,
+                 publish_task_id: str = "publish", **kwargs: Any) -> None:
         kwargs["retries"] = 0
         kwargs.setdefault("pool", runs.apply_pool())
         super().__init__(**kwargs)
         self.zk_conn_id, self.throttle, self.poll, self.publish_task_id = zk_conn_id, throttle, poll, publish_task_id
-        self.no_throttle, self.reason = no_throttle, reason
+        self.no_throttle, self.reason, self.kafka_conn_id = no_throttle, reason, kafka_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         run = run_folder(context)
@@ -127,11 +131,12 @@ class RollProtectOperator(BaseOperator):
 class RollStepOperator(HITLOperator):
     """One broker of the roll (mapped over the plan's steps); see the module docstring."""
 
-    template_fields: Sequence[str] = ("zk_conn_id", "restart_conn_id", "restart_timeout", "gate_timeout", "pause",
+    template_fields: Sequence[str] = ("zk_conn_id", "kafka_conn_id", "restart_conn_id", "restart_timeout", "gate_timeout", "pause",
                                       "turn_poll", "reason")
     ui_color = "#fdf5e8"
 
-    def __init__(self, *, step: Any, zk_conn_id: str = "zookeeper_default", restart_conn_id: str | None = None,
+    def __init__(self, *, step: Any, zk_conn_id: str | None = "zookeeper_default", kafka_conn_id: str | None = None,
+                 restart_conn_id: str | None = None,
                  restart_timeout: Any = 900, gate_timeout: Any = 900, pause: Any = False, turn_poll: Any = None,
                  reason: str | None = None, poll: float = 2.0, **kwargs: Any) -> None:
         kwargs["retries"] = 0
@@ -141,7 +146,7 @@ class RollStepOperator(HITLOperator):
         self.step, self.zk_conn_id, self.restart_conn_id = step, zk_conn_id, restart_conn_id
         self.restart_timeout, self.gate_timeout, self.pause, self.turn_poll = (restart_timeout, gate_timeout,
                                                                                pause, turn_poll)
-        self.poll, self.reason = poll, reason
+        self.poll, self.reason, self.kafka_conn_id = poll, reason, kafka_conn_id
 
     # ------------------------------------------------------------------------------------------ steps
     def execute(self, context: Context) -> Any:
@@ -239,15 +244,16 @@ class RollFinishOperator(BaseOperator):
     """After the last broker: the undo (the temporary replicas removed, unless `keep_temporary`) and the
     preferred leaders as before."""
 
-    template_fields: Sequence[str] = ("zk_conn_id", "keep_temporary")
+    template_fields: Sequence[str] = ("zk_conn_id", "kafka_conn_id", "keep_temporary")
     ui_color = "#fde8e8"
 
-    def __init__(self, *, zk_conn_id: str = "zookeeper_default", keep_temporary: Any = False, poll: float = 1.0,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, zk_conn_id: str | None = "zookeeper_default", kafka_conn_id: str | None = None,
+                 keep_temporary: Any = False, poll: float = 1.0, **kwargs: Any) -> None:
         kwargs["retries"] = 0
         kwargs.setdefault("pool", runs.apply_pool())
         super().__init__(**kwargs)
         self.zk_conn_id, self.keep_temporary, self.poll = zk_conn_id, keep_temporary, poll
+        self.kafka_conn_id = kafka_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         runs.update_review(run_folder(context), status="rolling: undo")
@@ -262,19 +268,22 @@ class RollReportOperator(BaseOperator):
     review record closed. Fails the run when the roll did not complete, so a stopped roll never reads as a
     success."""
 
-    template_fields: Sequence[str] = ("zk_conn_id",)
+    template_fields: Sequence[str] = ("zk_conn_id", "kafka_conn_id")
     ui_color = "#f0f0f0"
 
-    def __init__(self, *, zk_conn_id: str = "zookeeper_default", **kwargs: Any) -> None:
+    def __init__(self, *, zk_conn_id: str | None = "zookeeper_default", kafka_conn_id: str | None = None,
+                 **kwargs: Any) -> None:
         kwargs.setdefault("trigger_rule", "all_done")
         super().__init__(**kwargs)
-        self.zk_conn_id = zk_conn_id
+        self.zk_conn_id, self.kafka_conn_id = zk_conn_id, kafka_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         run = run_folder(context)
         if not run.complete("plan"):
             raise AirflowFailException("no plan in this run: nothing was rolled")
-        target = _zk(self.zk_conn_id)
+        target = cluster(self.zk_conn_id, self.kafka_conn_id)
+        if is_kraft(target):
+            kraft_writer(api.RollRequest, call("report", api.read_plan, run.plan), "roll")
         st = call("report", api.roll_status, target.connect, run.plan, auth=target.auth)
         steps = ", ".join(f"{s['broker']}: {s['state']}" for s in st["steps"]) or "not started"
         self.log.info("roll of %s: %s (phase %s); brokers %s", st["plan_id"], st["state"] or "not started",

@@ -7,7 +7,9 @@ middleware (registered by plugins/kafka_plans.py as a `fastapi_root_middlewares`
 `POST /api/v2/dags/<a kplan DAG with brokers>/dagRuns` from an authenticated caller and answers 400 with one
 readable line (`detail`, which the trigger dialog shows) when the brokers are not ids of the cluster:
 not a list, empty, not a whole number, negative, several ids in one entry ("1,2"), named twice, or not among
-the brokers of the latest snapshot (`<runs_root>/known-brokers.json`). Nothing is created then.
+the brokers of the latest snapshot (`<runs_root>/known-brokers.json`); and, for every kplan DAG, when the
+conf (over the form's defaults) does not name exactly one cluster: both a ZooKeeper connection and a Kafka
+connection, or neither (kplan_airflow.form.cluster_problem). Nothing is created then.
 
 An unauthenticated or refused caller is passed through untouched: Airflow answers 401/403 as before, and no
 broker id is told to it. Runs started otherwise (dag.test(), the scheduler) are still checked by the Param
@@ -27,6 +29,8 @@ log = logging.getLogger(__name__)
 # the DAGs whose conf names brokers, with the form's label of the field
 FIELDS = {"kafka_broker_drain": "Brokers to drain", "kafka_broker_return": "Brokers to bring back",
           "kafka_broker_restart": "Brokers to restart"}
+# every kplan DAG names its cluster by exactly one of two connections (params zk_conn_id, kafka_conn_id)
+CLUSTER_DAGS = frozenset({*FIELDS, "kafka_nightly_rebalance"})
 _TRIGGER = re.compile(r"^/api/v2/dags/(?P<dag>[A-Za-z0-9_.-]+)/dagRuns/?$")
 _DIGITS = re.compile(r"^[0-9]+$")
 MAX_BODY = 1 << 20
@@ -80,21 +84,34 @@ def brokers_problem(value: Any, known: dict[str, Any] | None) -> str | None:
     return None
 
 
-def trigger_problem(dag_id: str, body: bytes, known: dict[str, Any] | None) -> str | None:
+def trigger_problem(dag_id: str, body: bytes, known: dict[str, Any] | None,
+                    defaults: dict[str, Any] | None = None) -> str | None:
     """The one-line reason a trigger of `dag_id` with this request body is refused, or None (let Airflow
-    decide: other DAGs, a body Airflow itself refuses, a conf without brokers)."""
-    label = FIELDS.get(dag_id)
-    if label is None:
+    decide: other DAGs, a body Airflow itself refuses). `defaults`: the form's cluster connections
+    (kplan_airflow.form.cluster_defaults()), which a conf without them gets."""
+    from kplan_airflow.form import cluster_defaults, cluster_problem
+
+    if dag_id not in CLUSTER_DAGS:
         return None
     try:
         doc = json.loads(body or b"{}")
     except ValueError:
         return None
-    conf = doc.get("conf") if isinstance(doc, dict) else None
-    if not isinstance(conf, dict) or "brokers" not in conf:
+    if not isinstance(doc, dict):
         return None
-    why = brokers_problem(conf["brokers"], known)
-    return f"{label}: {why}. Nothing was triggered." if why else None
+    conf = doc.get("conf")
+    if conf is None:
+        conf = {}
+    if not isinstance(conf, dict):
+        return None
+    label = FIELDS.get(dag_id)
+    if label is not None and "brokers" in conf:
+        why = brokers_problem(conf["brokers"], known)
+        if why:
+            return f"{label}: {why}. Nothing was triggered."
+    given = {**(cluster_defaults() if defaults is None else defaults), **conf}
+    why = cluster_problem(given.get("zk_conn_id"), given.get("kafka_conn_id"))
+    return f"Cluster: {why}. Nothing was triggered." if why else None
 
 
 async def _authenticated(scope: Scope) -> bool:
@@ -121,7 +138,7 @@ class TriggerCheck:
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
         match = _TRIGGER.match(scope.get("path", "")) if scope.get("type") == "http" else None
-        if not match or scope.get("method") != "POST" or match["dag"] not in FIELDS:
+        if not match or scope.get("method") != "POST" or match["dag"] not in CLUSTER_DAGS:
             await self.app(scope, receive, send)
             return
         messages: list[Message] = []
