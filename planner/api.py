@@ -95,7 +95,7 @@ __all__ = ["ApplySchedule", "MIN_THROTTLE", "Plan", "ProgressFn",
     "ApplyOutcome", "ApplyRequest", "CancelOutcome", "CancelRequest", "DrainRequest", "PlanOutcome", "Progress",
     "RebalanceRequest", "RestartRequest", "ReturnRequest", "RollOutcome", "RollRequest", "roll", "RiskOutcome", "BrokerRow", "BrokersRequest", "ClearOutcome",
     "ClearRequest", "brokers", "clear_maintenance", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
-    "VerifyOutcome", "VerifyRequest", "apply", "apply_schedule", "cancel", "kafka_security", "plan_drain", "plan_rebalance", "plan_restart", "plan_return",
+    "VerifyOutcome", "VerifyRequest", "apply", "apply_schedule", "bootstrap_servers", "cancel", "kafka_security", "plan_drain", "plan_rebalance", "plan_restart", "plan_return",
     "read_plan",
     "read_snapshot", "refuse_kraft_write", "reread", "risk", "snapshot", "step_complete", "verify", "verify_probe", "verify_report_text", "human_size", "human_duration",
 ]
@@ -167,6 +167,14 @@ def snapshot(req: SnapshotRequest, *, progress: ProgressFn | None = None) -> Sna
     m = result.manifest
     return SnapshotOutcome(Path(req.out), m["fingerprint"], frozen(m["counts"]), frozen(m["warnings"]),
                            frozen(m), time.monotonic() - started)
+
+
+def bootstrap_servers(text: str | None) -> str:
+    """Kafka bootstrap servers, HOST:PORT[,HOST:PORT...], normalized; BadInput (one line) otherwise, e.g. for a
+    ZooKeeper connect string with a chroot (an Airflow Kafka connection's bootstrap.servers is checked here)."""
+    from planner.snapshot import check_bootstrap
+
+    return check_bootstrap(text)
 
 
 def kafka_security(config: Mapping[str, Any], listener: str | None = None) -> KafkaSecurity:

@@ -41,8 +41,7 @@ class KafkaClusterHook(KafkaBaseHook):
     """The Apache Kafka provider's hook, read for the planner instead of building a confluent-kafka client."""
 
     def target(self) -> KafkaTarget:
-        from planner.api import kafka_security
-        from planner.snapshot import check_bootstrap
+        from planner.api import bootstrap_servers, kafka_security
 
         conn_id = self.kafka_config_id
         conn = self.get_connection(conn_id)
@@ -54,4 +53,4 @@ class KafkaClusterHook(KafkaBaseHook):
             config = self._build_config()
         except ValueError as e:   # the provider's own refusals: no bootstrap.servers, a callback not allowed
             raise KafkaConnectionError(f"Kafka connection {conn_id!r}: {e}") from None
-        return KafkaTarget(conn_id, check_bootstrap(str(config["bootstrap.servers"])), kafka_security(config))
+        return KafkaTarget(conn_id, bootstrap_servers(str(config["bootstrap.servers"])), kafka_security(config))
