@@ -359,7 +359,8 @@ def run(spark: Any, prepared: risk_lib.Prepared, out: Path | str,
     rows_path = str(out / "partitions.parquet")
     rows.write.mode("overwrite").parquet(rows_path)
     progress(f"partitions.parquet written ({time.monotonic() - started:.1f}s)")
-    written = spark.read.parquet(rows_path)
+    # read back with the schema it was written with: no job reading the files' footers to infer it
+    written = spark.read.schema(rows.schema).parquet(rows_path)
     table, base, severities = finish(prepared, aggregates(spark, prepared, written, parts))
     worst = worst_partitions(spark, written, severities, listed_scenarios(table)).toArrow()
     pq.write_table(table, out / "scenarios.parquet")
