@@ -274,7 +274,7 @@ def one_shot_rows(parts: Any, one_df: Any, width: int, rule_set: ModuleType, dea
          "leader_gone": F.array_contains("s", F.col("leader"))})
     # with no broker dead before the scenarios, the brokers down are the scenario's own (down = s)
     consts = {"dead": ints(dead), **({} if dead else {"down": F.col("s")})}
-    *first, last = rule_set.STEP_STAGES
+    *first, last = getattr(rule_set, "FLAT_STAGES", rule_set.STEP_STAGES)
     j = apply_flat(j, first, drop=False, consts=consts)
     exprs = {**last(lambda n: consts[n] if n in consts else F.col(n)), "returned_leader": F.lit(None).cast("int")}
     if rule_set is kraft_election:

@@ -2,7 +2,8 @@
 ReplicaStateMachine, docs/KAFKA_ZK.md §2) as Spark column expressions: planner.replay's rules, stage by stage.
 The differential test holds the two to the same result on every partition of every scenario.
 
-What the job (planner.spark.job) takes from a rule set: STEP_STAGES (one scenario step on a partition row),
+What the job (planner.spark.job) takes from a rule set: STEP_STAGES (one scenario step on a partition row;
+FLAT_STAGES, where a rule set has them, the same as fewer projections for the one-shot rows),
 STEP_OUT (the step outputs a row keeps besides leader and ISR), `demote` (a restart step's demotion),
 `rolling_fold` (a rolling sequence's steps folded per partition) and `visit_order` (the order in which the
 controller handles the brokers of one event). A KRaft rule set (issue 24) is a module beside this one with
@@ -150,9 +151,12 @@ def _stage_result(g: Callable[[str], Any]) -> dict[str, Any]:
     }
 
 
-# three projections: each projection of its own copies the row with its arrays (the requests stay apart: a
-# higher-order function is evaluated outside the generated code)
-STEP_STAGES: list[Stage] = [_stage_requests, merged(_stage_who, _stage_candidates), merged(_stage_choice, _stage_result)]
+STEP_STAGES: list[Stage] = [_stage_requests, _stage_who, _stage_candidates, _stage_choice, _stage_result]
+# The same stages as three projections for the one-shot rows (planner.spark.job): each projection of its own
+# copies every row with its arrays, and Spark evaluates an expression used twice in a projection once. The
+# requests stay apart (a higher-order function is evaluated outside the generated code, and inlined it made the
+# plan too large). The rolling fold keeps STEP_STAGES: inside a higher-order function each stage is bound once.
+FLAT_STAGES: list[Stage] = [_stage_requests, merged(_stage_who, _stage_candidates), merged(_stage_choice, _stage_result)]
 
 
 _HASH_MASK = 0xFFFFFFFF
