@@ -3,8 +3,9 @@
 A KRaft sandbox has controller nodes (`process.roles=controller`, listener CONTROLLER) and broker nodes
 (`process.roles=broker`), all naming the same static quorum (`controller.quorum.voters`, kraft.version 0).
 Each node's folder is laid out as a ZooKeeper-mode broker's (planner/kafka/broker.py): `server.properties`,
-`log4j2.properties`, `data/`, `server.log`, `stdout.log`; the JVM is `kafka.Kafka server.properties` in its own
-session, found again by pid and command line (broker.is_broker / find_brokers work unchanged).
+`log4j2.properties` and `log4j.properties` (4.x and 3.x), `data/`, `server.log`, `stdout.log`; the JVM is
+`kafka.Kafka server.properties` in its own session, found again by pid and command line (broker.is_broker /
+find_brokers work unchanged).
 
 Before its first start every node's log dir is formatted with the cluster id (`kafka.tools.StorageTool
 format -t <id> -c server.properties`, which writes meta.properties and, on a fresh 4.x cluster, the
@@ -150,9 +151,27 @@ logger.state.level = WARN
 """
 
 
+# Kafka 3.x logs through reload4j (log4j 1.2's API) and reads log4j.configuration; 4.x through log4j 2. Every
+# node gets both files and both flags (each library ignores the other's), so server.log is written on every
+# version the engine takes (3.7 and later): on 3.9.2 with log4j 2's file alone a node logged nothing
+LOG4J1 = """log4j.rootLogger=WARN, F
+log4j.appender.F=org.apache.log4j.FileAppender
+log4j.appender.F.File={log}
+log4j.appender.F.Append=true
+log4j.appender.F.layout=org.apache.log4j.PatternLayout
+log4j.appender.F.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka=INFO
+log4j.logger.org.apache.kafka.controller=INFO
+log4j.logger.kafka.server.BrokerLifecycleManager=INFO
+log4j.logger.org.apache.kafka.raft=WARN
+log4j.logger.kafka.log=WARN
+log4j.logger.state.change.logger=WARN
+"""
+
+
 def write_node(node_dir: Path, properties: str) -> Path:
     """Write a node's server.properties (0600: it may hold the SASL users' and keystores' passwords) and
-    its log4j2 file; returns the server.properties path."""
+    its log4j files (LOG4J2, LOG4J1); returns the server.properties path."""
     node_dir.mkdir(parents=True, exist_ok=True)
     (node_dir / "data").mkdir(exist_ok=True)
     cfg = node_dir / "server.properties"
@@ -160,17 +179,19 @@ def write_node(node_dir: Path, properties: str) -> Path:
     cfg.chmod(0o600)
     cfg.write_text(properties)
     (node_dir / "log4j2.properties").write_text(LOG4J2.format(log=node_dir / "server.log"))
+    (node_dir / "log4j.properties").write_text(LOG4J1.format(log=node_dir / "server.log"))
     return cfg
 
 
 def command(node_dir: Path, heap_mb: int, classpath: str) -> list[str]:
-    """The node's JVM: the ZooKeeper-mode broker's flags (broker.command), with log4j 2's configuration."""
+    """The node's JVM: the ZooKeeper-mode broker's flags (broker.command), with both log4j configurations."""
     return [
         java_executable(),
         f"-Xmx{heap_mb}m", f"-Xms{min(64, heap_mb)}m", "-Xss512k",
         "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:MaxDirectMemorySize=128m",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={node_dir / 'log4j2.properties'}",
+        f"-Dlog4j.configuration=file:{node_dir / 'log4j.properties'}",
         f"-Dkafka.logs.dir={node_dir}",
         "-cp", classpath,
         kbroker.MAIN_CLASS,
