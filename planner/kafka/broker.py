@@ -122,13 +122,15 @@ def server_properties(spec: BrokerSpec) -> str:
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
-LOG4J = """log4j.rootLogger=WARN, F
+# log4j 1.2 (Kafka 3.x logs through reload4j): WARN and up into one file; the KRaft nodes use it too (kraft.py)
+LOG4J_FILE = """log4j.rootLogger=WARN, F
 log4j.appender.F=org.apache.log4j.FileAppender
 log4j.appender.F.File={log}
 log4j.appender.F.Append=true
 log4j.appender.F.layout=org.apache.log4j.PatternLayout
 log4j.appender.F.layout.ConversionPattern=[%d] %p %m (%c)%n
-log4j.logger.kafka.server.KafkaServer=DEBUG
+"""
+LOG4J = LOG4J_FILE + """log4j.logger.kafka.server.KafkaServer=DEBUG
 log4j.logger.kafka.controller=INFO
 log4j.logger.state.change.logger=WARN
 log4j.logger.kafka.Kafka=INFO

@@ -154,13 +154,7 @@ logger.state.level = WARN
 # Kafka 3.x logs through reload4j (log4j 1.2's API) and reads log4j.configuration; 4.x through log4j 2. Every
 # node gets both files and both flags (each library ignores the other's), so server.log is written on every
 # version the engine takes (3.7 and later): on 3.9.2 with log4j 2's file alone a node logged nothing
-LOG4J1 = """log4j.rootLogger=WARN, F
-log4j.appender.F=org.apache.log4j.FileAppender
-log4j.appender.F.File={log}
-log4j.appender.F.Append=true
-log4j.appender.F.layout=org.apache.log4j.PatternLayout
-log4j.appender.F.layout.ConversionPattern=[%d] %p %m (%c)%n
-log4j.logger.kafka=INFO
+LOG4J1 = kbroker.LOG4J_FILE + """log4j.logger.kafka=INFO
 log4j.logger.org.apache.kafka.controller=INFO
 log4j.logger.kafka.server.BrokerLifecycleManager=INFO
 log4j.logger.org.apache.kafka.raft=WARN
