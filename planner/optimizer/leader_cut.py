@@ -30,7 +30,8 @@ from planner.optimizer.state import State, apply_move, broker_counts, level_band
 from planner.optimizer.witness import leader_cap0, witness
 
 LIMIT = 20_000       # partitions: as leaders.choose_leaders' exact leader flow
-CANDIDATES = 64      # exchanges tried (each one max flow) per step, cheapest first
+CANDIDATES = 64      # exchanges tried (each one max flow) per step and side, cheapest first
+ROWS = 2_000         # partitions a step looks at per side (the first ones: bounds a step's Python work)
 BIG = 1 << 40
 
 
@@ -188,7 +189,7 @@ def _options(pb: Problem, st: State, eligible: np.ndarray, req: np.ndarray, flow
     if flow.upper:
         full = np.zeros(T * E, bool)
         full[flow.full] = True
-        for r in flow.stuck[~pb.fixed[flow.stuck]].tolist():
+        for r in flow.stuck[~pb.fixed[flow.stuck]][:ROWS].tolist():
             t = int(pb.topic_of[r])
             for s_, a, b in moves_of(r, e_idx[~full[t * E + np.arange(E)]]):
                 for x in (_exchange(pb, st, req, fol, r, s_, a, b), single(r, s_, a, b)):
@@ -204,7 +205,7 @@ def _options(pb: Problem, st: State, eligible: np.ndarray, req: np.ndarray, flow
         starved = flow.starved
         rows = np.flatnonzero(~needed & ~pb.fixed & ((f >= 0) & eligible[np.maximum(f, 0)]).any(axis=1))
         opens = (rtb[pb.topic_of[rows]][:, starved] < cap_t[pb.topic_of[rows]]).any(axis=1)
-        for r in rows[opens].tolist():
+        for r in rows[opens][:ROWS].tolist():
             t = int(pb.topic_of[r])
             for s_, a, b in moves_of(r, starved[rtb[t, starved] < cap_t[t, 0]]):
                 if a in starved:
