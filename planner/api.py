@@ -303,15 +303,21 @@ def _exec_progress(step: str, progress: ProgressFn | None) -> Callable[[Any], No
     return relay
 
 
-def refuse_kraft_write(plan: Any, step: str) -> None:
-    """A plan made from a KRaft snapshot (plan.json's snapshot.backend) cannot be applied, verified, cancelled
-    or rolled yet: BadInput (exit 2) before anything is read from or written to a cluster (docs/KRAFT.md)."""
+def refuse_kraft_write(plan: Any, step: str, bootstrap: str | None = None) -> None:
+    """The plan's backend (plan.json's snapshot.backend) and the cluster the request names must agree: a plan made
+    from a KRaft snapshot is applied, verified and cancelled through the cluster's bootstrap servers (the Admin
+    API, docs/KRAFT.md), a ZooKeeper one through ZooKeeper; a roll on KRaft is not implemented. BadInput (exit 2)
+    before anything is read from or written to a cluster."""
     backend = (plan.snapshot or {}).get("backend", "zookeeper")
-    if backend != "zookeeper":
-        raise BadInput(f"plan {plan.id[:19]} was made from a KRaft snapshot: {step} on KRaft needs the Admin API "
-                       "writer (alterPartitionReassignments, incrementalAlterConfigs throttles, electLeaders) and "
-                       "a one-writer fence without ZooKeeper, which this version does not have (docs/KRAFT.md); "
-                       "nothing was written")
+    if backend != "zookeeper" and step == "roll":
+        raise BadInput(f"plan {plan.id[:19]} was made from a KRaft snapshot: roll on KRaft is not implemented (apply, "
+                       "verify and cancel are: docs/KRAFT.md); nothing was written")
+    if backend != "zookeeper" and bootstrap is None:
+        raise BadInput(f"plan {plan.id[:19]} was made from a KRaft snapshot: {step} on KRaft needs the Admin API writer, "
+                       "through the cluster's bootstrap servers (not a ZooKeeper connect string); nothing was written")
+    if backend == "zookeeper" and bootstrap is not None:
+        raise BadInput(f"plan {plan.id[:19]} was made from a ZooKeeper snapshot: {step} it through its ZooKeeper "
+                       "connect string, not bootstrap servers; nothing was written")
 
 
 def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutcome:
@@ -328,7 +334,7 @@ def apply(req: ApplyRequest, *, progress: ProgressFn | None = None) -> ApplyOutc
     if req.throttle is not None and req.no_throttle:
         raise BadInput("give either a throttle or no_throttle, not both")
     plan = read_plan(req.plan)
-    refuse_kraft_write(plan, "apply")
+    refuse_kraft_write(plan, "apply", req.bootstrap)
     refusal = apply_schedule(plan, req.throttle, req.no_throttle).refusal if plan.kind != "restart" else None
     if refusal and not req.dry_run:      # a dry run copies nothing (it lists the writes, with no rate); a restart
         # plan is refused further on: it is run whole by the roll
@@ -342,7 +348,7 @@ def verify(req: VerifyRequest, *, progress: ProgressFn | None = None) -> VerifyO
     `fail=False` returns converged=False with the same text as `message`."""
     from planner.execution import steps
 
-    refuse_kraft_write(read_plan(req.plan), "verify")
+    refuse_kraft_write(read_plan(req.plan), "verify", req.bootstrap)
     r = steps.verify(req, progress=_exec_progress("verify", progress))
     if r.converged:
         return VerifyOutcome(r.path, r.plan_id, True, (), tuple(r.warnings), r.report, r.message)
@@ -365,6 +371,7 @@ def verify_probe(req: VerifyRequest) -> dict[str, Any]:
     from planner.execution import steps
 
     try:
+        refuse_kraft_write(read_plan(req.plan), "verify", req.bootstrap)
         return steps.verify_probe(req)
     except PlannerError as e:
         if e.retryable:
@@ -437,7 +444,7 @@ def cancel(req: CancelRequest, *, progress: ProgressFn | None = None) -> CancelO
     and record the state. NotConverged when the batch in flight did not finish within `wait`."""
     from planner.execution import steps
 
-    refuse_kraft_write(read_plan(req.plan), "cancel")
+    refuse_kraft_write(read_plan(req.plan), "cancel", req.bootstrap)
     r = steps.cancel(req, progress=_exec_progress("cancel", progress))
     return CancelOutcome(r.plan_id, r.state, tuple(r.reverted), tuple(r.warnings), r.message)
 

@@ -226,7 +226,7 @@ class PlanOutcome:
 # ------------------------------------------------------------------------------------ apply / verify / cancel
 @dataclass(frozen=True)
 class ApplyRequest:
-    zk: str
+    zk: str | None                            # ZooKeeper connect string; None with `bootstrap` (KRaft)
     plan: Path                                # a plan folder (read_plan checks it)
     out: Path | None = None                   # apply/ folder: progress.json, outcome.json (default <run>/apply)
     auth: tuple[str, str] | None = field(default=None, repr=False)
@@ -244,6 +244,13 @@ class ApplyRequest:
     # Set from another thread or a signal handler (the CLI's Ctrl-C / SIGTERM, Airflow's on_kill) to stop: the
     # batch in flight finishes, this run's throttles go, the run is recorded as stopped (state "interrupted").
     stop: threading.Event | None = field(default=None, repr=False, compare=False)
+    # A KRaft cluster (instead of `zk`): its bootstrap servers, reached through the Admin API only; `kafka` the
+    # security settings (never logged), `kafka_timeout` seconds for the brokers to answer, `lease` the one-writer
+    # fence's lease in seconds (docs/KRAFT.md: Admin writes only this long after the last committed transition)
+    bootstrap: str | None = None
+    kafka: KafkaSecurity | None = field(default=None, repr=False)
+    kafka_timeout: float = 10.0
+    lease: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -271,7 +278,7 @@ class ApplyOutcome:
 
 @dataclass(frozen=True)
 class VerifyRequest:
-    zk: str
+    zk: str | None                            # None with `bootstrap` (KRaft)
     plan: Path
     wait: float = 600.0                       # seconds to wait for convergence (0: check once)
     out: Path | None = None                   # folder for report.json (default: the run folder, <run>/report.json)
@@ -282,6 +289,13 @@ class VerifyRequest:
     fail: bool = True                         # raise NotConverged on timeout (False: return converged=False)
     since: float | None = None                # epoch s the wait began, when a deferred wait (verify_probe polled
     #                                           elsewhere) came first: the report's seconds_to_converge count from it
+    # A KRaft cluster (instead of `zk`): its bootstrap servers, reached through the Admin API only; `kafka` the
+    # security settings (never logged), `kafka_timeout` seconds for the brokers to answer, `lease` the one-writer
+    # fence's lease in seconds (docs/KRAFT.md: Admin writes only this long after the last committed transition)
+    bootstrap: str | None = None
+    kafka: KafkaSecurity | None = field(default=None, repr=False)
+    kafka_timeout: float = 10.0
+    lease: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -297,7 +311,7 @@ class VerifyOutcome:
 
 @dataclass(frozen=True)
 class CancelRequest:
-    zk: str
+    zk: str | None                            # None with `bootstrap` (KRaft)
     plan: Path
     auth: tuple[str, str] | None = field(default=None, repr=False)
     timeout: float = 10.0                     # ZooKeeper connection timeout
@@ -305,6 +319,13 @@ class CancelRequest:
     wait: float = 300.0                       # seconds to wait for the batch in flight / the running apply
     poll: float = 1.0
     out: Path | None = None                   # apply/ folder (default <run>/apply)
+    # A KRaft cluster (instead of `zk`): its bootstrap servers, reached through the Admin API only; `kafka` the
+    # security settings (never logged), `kafka_timeout` seconds for the brokers to answer, `lease` the one-writer
+    # fence's lease in seconds (docs/KRAFT.md: Admin writes only this long after the last committed transition)
+    bootstrap: str | None = None
+    kafka: KafkaSecurity | None = field(default=None, repr=False)
+    kafka_timeout: float = 10.0
+    lease: float = 30.0
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,52 @@ from typing import Any
 from planner.errors import BadInput
 
 
-def add_zk(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--zk", required=True, metavar="HOST:PORT[/chroot]",
-                   help="ZooKeeper connect string, with Kafka's chroot if it has one (e.g. zk1:2181/kafka)")
+def add_zk(p: argparse.ArgumentParser, kraft: bool = False) -> None:
+    """--zk (and its credentials); with `kraft`, also --bootstrap-server and the --kafka-* security options (a plan
+    made from a KRaft snapshot is applied, verified and cancelled through the Admin API: docs/KRAFT.md)."""
+    p.add_argument("--zk", required=not kraft, metavar="HOST:PORT[/chroot]",
+                   help="ZooKeeper connect string, with Kafka's chroot if it has one (e.g. zk1:2181/kafka)"
+                   + ("; or --bootstrap-server for a KRaft cluster" if kraft else ""))
+    if kraft:
+        p.add_argument("--bootstrap-server", dest="bootstrap", metavar="HOST:PORT[,HOST:PORT...]",
+                       help="a KRaft cluster's brokers (a plan made from a KRaft snapshot): the Admin API only, "
+                       "fenced through the __kplan topic; security from --kafka-config / --kafka-*")
+        k = p.add_argument_group("KRaft (with --bootstrap-server)")
+        k.add_argument("--kafka-config", metavar="FILE",
+                       help="JSON object of librdkafka-style client keys, as an Airflow Kafka connection's extra")
+        k.add_argument("--kafka-security-protocol", choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"])
+        k.add_argument("--kafka-sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+        k.add_argument("--kafka-sasl-username", metavar="USER")
+        k.add_argument("--kafka-password-env", metavar="VAR", default="KPLAN_KAFKA_PASSWORD",
+                       help="environment variable holding the SASL password (default KPLAN_KAFKA_PASSWORD)")
+        k.add_argument("--kafka-ssl-key-password-env", metavar="VAR", default="KPLAN_KAFKA_SSL_KEY_PASSWORD")
+        k.add_argument("--kafka-listener", metavar="NAME", help=argparse.SUPPRESS)
+        k.add_argument("--kafka-timeout", type=float, default=10.0, metavar="S",
+                       help="seconds for the brokers to answer (default 10)")
+        k.add_argument("--lease", type=float, default=30.0, metavar="S",
+                       help="the one-writer fence's lease: Admin writes only within S seconds of the last committed "
+                       "transition; a writer taking over from one that did not release waits S first (default 30)")
     p.add_argument("--zk-auth-env", metavar="VAR",
                    help="environment variable holding digest credentials user:password "
                    "(default: KPLAN_ZK_AUTH when set)")
     p.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
                    help="seconds to wait for ZooKeeper to answer the connection (default 10)")
+
+
+def cluster(args: argparse.Namespace) -> dict[str, Any]:
+    """The request fields naming the cluster: zk, auth and timeout, or bootstrap, kafka, kafka_timeout, lease."""
+    from planner import zk as zkmod
+
+    bootstrap = getattr(args, "bootstrap", None)
+    if (args.zk is None) == (bootstrap is None):
+        raise BadInput("give either --zk HOST:PORT[/chroot] (a ZooKeeper-mode cluster) or --bootstrap-server "
+                       "HOST:PORT[,...] (a KRaft cluster), " + ("not both" if args.zk else "one of them"))
+    if bootstrap is None:
+        return {"zk": args.zk, "auth": zkmod.auth_from_env(args.zk_auth_env), "timeout": args.connect_timeout}
+    from planner.commands.snapshot import kafka_from_args
+
+    return {"zk": None, "bootstrap": bootstrap, "kafka": kafka_from_args(args), "kafka_timeout": args.kafka_timeout,
+            "lease": args.lease}
 
 
 def rate(text: str) -> int:
@@ -62,8 +100,9 @@ def command(step: Any, args: argparse.Namespace) -> str:
     """A next step (errors.NextStep) as the command line that runs it on the same cluster (and plan)."""
     zk = getattr(args, "zk", None) or "ZK"
     ids = ",".join(map(str, step.brokers))
+    where = f"--bootstrap-server {args.bootstrap}" if getattr(args, "bootstrap", None) else f"--zk {zk}"
     if step.step in _ON_PLAN:
-        return f"`kplan {step.step} --zk {zk} --plan {getattr(args, 'plan', None) or 'P'}`"
+        return f"`kplan {step.step} {where} --plan {getattr(args, 'plan', None) or 'P'}`"
     if step.step == "follow-up drain":
         return (f"kplan snapshot --zk {zk} --out S2 && kplan plan drain --snapshot S2 --brokers {ids} --out P2, review "
                 "it, then kplan apply and kplan verify P2")

@@ -10,7 +10,7 @@ import argparse
 import sys
 import threading
 
-from planner.commands._zkargs import ProgressLine, add_zk, rate, said
+from planner.commands._zkargs import ProgressLine, add_zk, cluster, rate, said
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "replication throttles set as Kafka's own tool sets them and removed afterwards. Holds "
                        "a ZooKeeper lock for the whole apply and refuses a plan that no longer matches the "
                        "cluster. An interrupted apply run again resumes where it stopped.")
-    add_zk(p)
+    add_zk(p, kraft=True)
     p.add_argument("--plan", required=True, metavar="P", help="plan folder (kplan plan ... --out P)")
     t = p.add_mutually_exclusive_group()
     t.add_argument("--throttle", type=rate, metavar="RATE",
@@ -51,12 +51,10 @@ def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from planner import api
-    from planner import zk as zkmod
     from planner.execution.runstate import LOCK_PATH
 
     stop = threading.Event()
-    req = api.ApplyRequest(zk=args.zk, plan=Path(args.plan), out=Path(args.out) if args.out else None,
-                           auth=zkmod.auth_from_env(args.zk_auth_env), timeout=args.connect_timeout,
+    req = api.ApplyRequest(plan=Path(args.plan), out=Path(args.out) if args.out else None, **cluster(args),
                            throttle=args.throttle, no_throttle=args.no_throttle, dry_run=args.dry_run,
                            max_concurrent_per_broker=args.max_concurrent_per_broker, poll=args.poll,
                            wait=args.timeout, lock_wait=args.lock_wait, reason=args.reason, stop=stop)
@@ -64,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
         from planner.text import schedule_line
 
         plan = api.read_plan(req.plan)
-        api.refuse_kraft_write(plan, "apply")      # before saying what it is about to do
+        api.refuse_kraft_write(plan, "apply", req.bootstrap)      # before saying what it is about to do
         sched = api.apply_schedule(plan, req.throttle, req.no_throttle)
         if sched.refusal is None:       # what it is about to do, before the progress line starts
             print(f"apply: {schedule_line(sched)}", flush=True)
@@ -97,10 +95,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.dry_run:
         # the writes the apply makes between taking its lock (an ephemeral znode of kazoo's lock recipe) and
         # releasing it
-        print(f"create {LOCK_PATH}/<uuid>__lock__<seq> (ephemeral: the apply lock, held for the whole apply)")
+        if req.bootstrap is None:
+            print(f"create {LOCK_PATH}/<uuid>__lock__<seq> (ephemeral: the apply lock, held for the whole apply)")
+        else:
+            print("initTransactions kplan-<cluster id> (the fence on __kplan: any earlier holder is fenced)")
         for text in outcome.writes:
             print(text)
-        print(f"delete {LOCK_PATH}/<uuid>__lock__<seq> (the lock released)")
+        if req.bootstrap is None:
+            print(f"delete {LOCK_PATH}/<uuid>__lock__<seq> (the lock released)")
+        else:
+            print("commit lock released (__kplan)")
         print(f"dry run: {len(outcome.writes)} writes would be made; none was made", file=sys.stderr)
     for w in outcome.warnings:
         print(f"kplan apply: WARNING: {w}", file=sys.stderr)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from planner.commands._zkargs import ProgressLine, add_zk
+from planner.commands._zkargs import ProgressLine, add_zk, cluster
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cancel", help="stop an apply after its current batch (or revert that batch)")
-    add_zk(p)
+    add_zk(p, kraft=True)
     p.add_argument("--plan", required=True, metavar="P", help="plan folder of the apply to cancel")
     p.add_argument("--revert", action="store_true",
                    help="move the partitions of the batch in flight back to their replicas before it "
@@ -28,10 +28,9 @@ def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from planner import api
-    from planner import zk as zkmod
 
-    req = api.CancelRequest(zk=args.zk, plan=Path(args.plan), auth=zkmod.auth_from_env(args.zk_auth_env),
-                            timeout=args.connect_timeout, revert=args.revert, wait=args.timeout, poll=args.poll)
+    req = api.CancelRequest(plan=Path(args.plan), revert=args.revert, wait=args.timeout, poll=args.poll,
+                            **cluster(args))
     line = ProgressLine()
     try:
         outcome = api.cancel(req, progress=line)

@@ -10,13 +10,13 @@ import json
 import sys
 from pathlib import Path
 
-from planner.commands._zkargs import add_zk
+from planner.commands._zkargs import add_zk, cluster
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="check that the cluster converged to a plan; elect preferred leaders, "
                        "remove throttles, write report.json")
-    add_zk(p)
+    add_zk(p, kraft=True)
     p.add_argument("--plan", required=True, metavar="P", help="plan folder")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S",
                    help="seconds to wait for convergence (default 300); 0 checks once")
@@ -32,14 +32,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from planner import api
-    from planner import zk as zkmod
     from planner.errors import NotConverged
     from planner.execution.verify import table
     from planner.intent import next_steps as intent_steps
 
-    req = api.VerifyRequest(zk=args.zk, plan=Path(args.plan), wait=args.timeout, out=args.out,
-                            auth=zkmod.auth_from_env(args.zk_auth_env), poll=args.poll, elect=args.elect,
-                            timeout=args.connect_timeout, fail=False)
+    req = api.VerifyRequest(plan=Path(args.plan), wait=args.timeout, out=args.out, poll=args.poll,
+                            elect=args.elect, fail=False, **cluster(args))
     outcome = api.verify(req)
     if not outcome.converged:
         print(json.dumps(dict(outcome.report), indent=1) if args.json else table(dict(outcome.report)))

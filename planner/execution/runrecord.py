@@ -21,21 +21,25 @@ from typing import Any
 FORMAT = "kplan-run/1"
 HISTORY = 50
 
-# A unit's states (a plan batch, or a revert of one).
-PENDING, SUBMITTED, ELECTING, COMPLETED = "pending", "submitted", "electing", "completed"
+# A unit's states (a plan batch, or a revert of one). INTENDED is the KRaft backend's: recorded before its
+# AlterPartitionReassignments request (SUBMITTED after it), since no Admin request can share a transaction with
+# the record; the ZooKeeper backend goes from PENDING to SUBMITTED in one transaction with the znode.
+PENDING, INTENDED, SUBMITTED, ELECTING, COMPLETED = "pending", "intended", "submitted", "electing", "completed"
 # A run's states.
 RUNNING, DONE, FAILED = "running", "completed", "failed"
 CANCELLING, CANCELLED, REVERTING, REVERTED = "cancelling", "cancelled", "reverting", "reverted"
 TERMINAL = (DONE, CANCELLED, REVERTED)
 
 UNIT_TRANSITIONS: dict[str, frozenset[str]] = {
-    PENDING: frozenset({SUBMITTED}),
+    PENDING: frozenset({SUBMITTED, INTENDED}),
+    INTENDED: frozenset({SUBMITTED}),     # a resumed run re-sends the same target (idempotent) and goes on
     SUBMITTED: frozenset({ELECTING, COMPLETED}),
     ELECTING: frozenset({COMPLETED}),
     COMPLETED: frozenset(),
 }
 REVERT_TRANSITIONS: dict[str, frozenset[str]] = {
-    PENDING: frozenset({SUBMITTED}),
+    PENDING: frozenset({SUBMITTED, INTENDED}),
+    INTENDED: frozenset({SUBMITTED}),
     SUBMITTED: frozenset({COMPLETED}),
     COMPLETED: frozenset(),
 }
@@ -82,7 +86,7 @@ class UnitRecord:
 
     @property
     def in_flight(self) -> bool:
-        return self.state in (SUBMITTED, ELECTING)
+        return self.state in (INTENDED, SUBMITTED, ELECTING)
 
 
 @dataclass

@@ -65,6 +65,19 @@ def _claim_apply(plan_path: Path | str, plan: RunPlan, out: Path | str | None, c
                          "out" if out is not None else f"{command}'s records folder", out is not None)
 
 
+def _backend(req: Any) -> bool:
+    """True for a KRaft cluster (`bootstrap`), checked; else the ZooKeeper connect string, checked."""
+    if getattr(req, "bootstrap", None) is not None:
+        from planner.execution.kraftsteps import check_request
+
+        check_request(req)
+        return True
+    if req.zk is None:
+        raise BadInput("give either a ZooKeeper connect string or Kafka bootstrap servers")
+    zkmod.parse_connect(req.zk)
+    return False
+
+
 def _connected(client) -> None:  # noqa: ANN001 - a KazooClient
     """Before anything is written: the connect string reaches a Kafka cluster (not a mistyped chroot)."""
     zkmod.require_kafka(client)
@@ -134,7 +147,7 @@ def apply(req: ApplyRequest, *, progress: Callable[[Progress], None] | None = No
     _check_positive("wait", req.wait)
     _check_positive("lock wait", req.lock_wait, allow_zero=True)
     zk, plan_path, out = req.zk, req.plan, req.out
-    zkmod.parse_connect(zk)
+    kraft = _backend(req)
     plan = load_plan(plan_path, req.max_concurrent_per_broker)
     if req.throttle is not None:
         check_throttle(plan, req.throttle)
@@ -145,9 +158,14 @@ def apply(req: ApplyRequest, *, progress: Callable[[Progress], None] | None = No
                       run=req.run or str(run_folder(plan_path)),   # named in the brokers' maintenance state
                       progress_file=folder / "progress.json" if folder is not None else None)
     try:
-        with zkmod.session(zk, auth=req.auth, timeout=req.timeout) as client:
-            _connected(client)
-            result = Executor(client, plan, options, progress, "apply").apply()
+        if kraft:
+            from planner.execution import kraftsteps
+
+            result = kraftsteps.apply(req, plan, folder, progress)
+        else:
+            with zkmod.session(zk, auth=req.auth, timeout=req.timeout) as client:
+                _connected(client)
+                result = Executor(client, plan, options, progress, "apply").apply()
     except Interrupted as e:   # the record of how it ended says what is left (the review pages read it)
         if folder is not None:
             write_json_atomic(folder / "outcome.json", {"command": "apply", "plan_id": plan.id,
@@ -177,14 +195,19 @@ def cancel(req: CancelRequest, *, progress: Callable[[Progress], None] | None = 
     _check_positive("wait", req.wait)
     _check_positive("poll", req.poll)
     zk, plan_path = req.zk, req.plan
-    zkmod.parse_connect(zk)
+    kraft = _backend(req)
     plan = load_plan(plan_path)
     folder = _claim_apply(plan_path, plan, req.out, "cancel")
-    opts = Options(poll=req.poll, progress_file=folder / "progress.json")
-    mode = "revert" if req.revert else "after-batch"
-    with zkmod.session(zk, auth=req.auth, timeout=req.timeout) as client:
-        _connected(client)
-        result = Executor(client, plan, opts, progress, "cancel").cancel(mode, req.wait)
+    if kraft:
+        from planner.execution import kraftsteps
+
+        result = kraftsteps.cancel(req, plan, folder, progress)
+    else:
+        opts = Options(poll=req.poll, progress_file=folder / "progress.json")
+        mode = "revert" if req.revert else "after-batch"
+        with zkmod.session(zk, auth=req.auth, timeout=req.timeout) as client:
+            _connected(client)
+            result = Executor(client, plan, opts, progress, "cancel").cancel(mode, req.wait)
     if result.state != "none":
         write_json_atomic(folder / "outcome.json", outcome_record("cancel", result))
     return replace(result, path=folder)
@@ -196,7 +219,7 @@ def verify(req: VerifyRequest, *, progress: Callable[[Progress], None] | None = 
     _check_positive("wait", req.wait, allow_zero=True)
     _check_positive("poll", req.poll)
     zk, plan_path, out = req.zk, req.plan, req.out
-    zkmod.parse_connect(zk)
+    kraft = _backend(req)
     plan = load_plan(plan_path)
     _not_a_roll(plan, plan_path, "verify")
     report, prog = verify_folder(plan_path, out)
@@ -207,6 +230,10 @@ def verify(req: VerifyRequest, *, progress: Callable[[Progress], None] | None = 
                       "verify's records folder", False)
         check_records(prog.parent, plan.id, RECORD_FILES["verify"], Path(plan_path), "verify's records folder",
                       False)
+    if kraft:
+        from planner.execution import kraftsteps
+
+        return kraftsteps.verify(req, plan, report, prog, progress)   # type: ignore[return-value]
     options = VerifyOptions(wait=req.wait, poll=req.poll, elect=req.elect, since=req.since, report=report,
                             progress_file=prog)
     with zkmod.session(zk, auth=req.auth, timeout=req.timeout) as client:
@@ -219,9 +246,13 @@ def verify_probe(req: VerifyRequest) -> dict[str, Any]:
     wait polls; the verify that follows it writes the report. Uses req.zk, req.plan, req.auth, req.timeout."""
     from planner.execution.clusterview import ClusterView
 
-    zkmod.parse_connect(req.zk)
+    kraft = _backend(req)
     plan = load_plan(req.plan)
     _not_a_roll(plan, req.plan, "verify")
+    if kraft:
+        from planner.execution import kraftsteps
+
+        return kraftsteps.probe(req, plan)
     with zkmod.session(req.zk, auth=req.auth, timeout=req.timeout) as client:
         _connected(client)
         return probe(ClusterView(client), plan).status(plan.partitions_total)

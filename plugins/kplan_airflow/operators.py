@@ -223,10 +223,10 @@ def target_fields(target: Any) -> dict[str, Any]:
 
 
 def kraft_writer(request: type, plan: api.Plan, step: str) -> None:
-    """A write step (apply, verify, roll) on a KRaft cluster: until the request can carry bootstrap servers (the
-    Admin API writer), the library's own refusal, as one line (planner.api.refuse_kraft_write)."""
-    if any(f.name == "bootstrap" for f in dataclasses.fields(request)):
-        return
+    """A write step (apply, verify, roll) on a KRaft cluster: the library's own refusal, as one line
+    (planner.api.refuse_kraft_write). The Admin API writer has landed (ApplyRequest / VerifyRequest / CancelRequest
+    carry bootstrap, kafka, kafka_timeout, lease: docs/KRAFT.md); this gate stays shut until the DAGs' KRaft
+    apply path is wired and tested (then: return here when `request` has a `bootstrap` field)."""
     if (plan.snapshot or {}).get("backend", "zookeeper") == "zookeeper":
         raise AirflowFailException(f"plan {plan.id[:19]} was made from a ZooKeeper snapshot, but this run names a "
                                    "KRaft cluster (a Kafka connection): nothing was written")

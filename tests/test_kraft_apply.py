@@ -1,0 +1,294 @@
+"""Apply, verify and cancel on real KRaft brokers (Kafka 4.1.1, the kraft sandbox engine: one controller, four
+brokers, a SASL listener), through the Admin API only, fenced by `__kplan` (docs/KRAFT.md).
+
+The emulated engine is ZooKeeper-based and has no Admin API, so every KRaft write is tested here, on real
+brokers. One cluster for the module, its tests in order. Every effect is checked through Kafka's own Admin
+API with a fresh client (DescribeTopicPartitions, ListPartitionReassignments, DescribeConfigs) and `__kplan`
+through an independent read_committed consumer, against expectations worked out by hand, never through the
+code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from waiting import poll
+
+from planner import cli
+from planner import kraft_admin as ka
+from planner.execution.kraftstore import Store
+from planner.kafka.broker import find_brokers
+from planner.sandbox import Sandbox
+from tests.kafka_support import racks
+
+pytestmark = pytest.mark.kafka
+
+SIZE = 400_000
+CLUSTER = {"brokers": racks(4), "topics": [
+    {"name": "orders", "config": {"min.insync.replicas": "2"},
+     "partitions": [{"replicas": [1, 2, 3], "size_bytes": SIZE}, {"replicas": [2, 3, 1], "size_bytes": SIZE},
+                    {"replicas": [3, 1, 4], "size_bytes": SIZE}, {"replicas": [4, 2, 3], "size_bytes": SIZE}]},
+    {"name": "audit", "partitions": [{"replicas": [1, 4], "size_bytes": SIZE}, {"replicas": [2, 1], "size_bytes": SIZE}]},
+    {"name": "fragile", "partitions": [{"replicas": [3]}]},     # RF 1: what the harness must see fail
+]}
+REPO = Path(__file__).resolve().parent.parent
+THROTTLE_KEYS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+RATE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+
+
+@pytest.fixture(scope="module")
+def kraft(tmp_path_factory):
+    # transactions' own topic replicated as on a real cluster (the sandbox's default is RF 1)
+    sb = Sandbox.up(tmp_path_factory.mktemp("kraftapply") / "sb", cluster=CLUSTER, engine="kraft", timeout=120,
+                    session_timeout=3, auto_rebalance=False, sasl=True,
+                    kafka_settings={"transaction.state.log.replication.factor": "3",
+                                    "transaction.state.log.min.isr": "2"})
+    try:
+        # A cluster that has used transactions (and kplan) before: __transaction_state and __kplan exist before
+        # the first snapshot, so a drain planned from it covers them (made after it, they would be named by
+        # the drain's intent check as topics created since the snapshot)
+        store = Store(sb.bootstrap_servers, lease=5)
+        store.open()
+        store.close({"released": True, "holder": {"command": "fixture"}})
+        yield sb
+    finally:
+        if (sb.dir / "sandbox.json").exists():
+            sb.down()
+        for pid in find_brokers(sb.dir / "kafka"):
+            os.kill(pid, signal.SIGKILL)
+
+
+def admin_call(sb, fn, *args, **kwargs):
+    a = ka.connect(sb.bootstrap_servers)
+    try:
+        return fn(a, *args, **kwargs)
+    finally:
+        a.close()
+
+
+def replicas(sb) -> dict[tuple[str, int], list[int]]:
+    return {k: v["replicas"] for k, v in admin_call(sb, ka.describe_topic_partitions, ["orders", "audit"]).items()}
+
+
+def leaders(sb) -> dict[tuple[str, int], int]:
+    return {k: v["leader"] for k, v in admin_call(sb, ka.describe_topic_partitions, ["orders", "audit"]).items()}
+
+
+def throttles_now(sb) -> dict[str, str]:
+    """Every throttle config set now on the two topics and the four brokers (DescribeConfigs, dynamic only)."""
+    out = {}
+    for t, cfg in admin_call(sb, ka.configs, "topic", ["orders", "audit"], THROTTLE_KEYS).items():
+        out.update({f"{t}:{k}": v["value"] for k, v in cfg.items() if v["source"] == "DYNAMIC_TOPIC_CONFIG"
+                    and v["value"]})
+    for b, cfg in admin_call(sb, ka.configs, "broker", ["1", "2", "3", "4"], RATE_KEYS).items():
+        out.update({f"broker {b}:{k}": v["value"] for k, v in cfg.items() if v["source"] == "DYNAMIC_BROKER_CONFIG"})
+    return out
+
+
+def reassigning(sb) -> dict:
+    return admin_call(sb, lambda a: a.list_partition_reassignments())
+
+
+def kplan_records(sb) -> dict[str, object]:
+    """`__kplan` as a read_committed consumer of our own sees it (latest value per key)."""
+    return {k: v for k, v in kplan_log(sb)}
+
+
+def kplan_log(sb) -> list[tuple[str, object]]:
+    """Every committed record of `__kplan` in order (the active segment is never compacted)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    tp = TopicPartition("__kplan", 0)
+    c = KafkaConsumer(bootstrap_servers=sb.bootstrap_servers.split(","), group_id=None, enable_auto_commit=False,
+                      isolation_level="read_committed")
+    try:
+        c.assign([tp])
+        c.seek_to_beginning(tp)
+        end = c.end_offsets([tp])[tp]
+        out: list[tuple[str, object]] = []
+        deadline = time.monotonic() + 20
+        while c.position(tp) < end and time.monotonic() < deadline:
+            for recs in c.poll(timeout_ms=200).values():
+                for r in recs:
+                    out.append((r.key.decode(), None if r.value is None else json.loads(r.value)))
+        return out
+    finally:
+        c.close()
+
+
+def snapshot_and_plan(sb, tmp: Path, *plan_args: str) -> Path:
+    assert cli.main(["snapshot", "--bootstrap-server", sb.bootstrap_servers, "--out", str(tmp / "snap")]) == 0
+    assert cli.main(["plan", *plan_args, "--snapshot", str(tmp / "snap"), "--out", str(tmp / "run" / "plan"),
+                     "--quiet"]) == 0
+    return tmp / "run" / "plan"
+
+
+class ConfigWatcher(threading.Thread):
+    """Samples the throttle configs while an apply runs: every distinct value seen."""
+
+    def __init__(self, sb):
+        super().__init__(daemon=True)
+        self.sb, self.seen, self.done = sb, {}, threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            try:
+                for k, v in throttles_now(self.sb).items():
+                    self.seen.setdefault(k, set()).add(v)
+            except Exception:  # noqa: BLE001 - a sample lost is not a failure
+                pass
+            time.sleep(0.2)
+
+
+def test_drain_applied_in_batches_throttled_and_verified_through_the_admin_api(kraft, tmp_path, capsys):
+    before = replicas(kraft)
+    plan = snapshot_and_plan(kraft, tmp_path, "drain", "--brokers", "1", "--max-concurrent-per-broker", "2")
+    doc = json.loads((plan / "plan.json").read_text())
+    assert doc["snapshot"]["backend"] == "kraft"
+    watcher = ConfigWatcher(kraft)
+    watcher.start()
+    try:
+        rc = cli.main(["apply", "--bootstrap-server", kraft.bootstrap_servers, "--plan", str(plan),
+                       "--throttle", "400KB", "--poll", "0.2", "--lease", "6"])
+    finally:
+        watcher.done.set()
+        watcher.join()
+    out = capsys.readouterr()
+    assert rc == 0, out
+    after = replicas(kraft)
+    # broker 1 hosts and leads nothing; every other replica stays; RF intact
+    assert all(1 not in r for r in after.values()), after
+    assert all(len(after[k]) == len(before[k]) for k in before)
+    assert all(set(before[k]) - {1} <= set(after[k]) for k in before)
+    assert 1 not in leaders(kraft).values()
+    assert reassigning(kraft) == {} and throttles_now(kraft) == {}
+    # the throttles were those of Kafka's own tool, worked out by hand for orders-0 [1,2,3] -> x: its
+    # sources 1,2,3 as leader entries, the new broker as the follower entry, and the rate on every broker
+    moved_to = (set(after[("orders", 0)]) - {2, 3}).pop()
+    assert "0:1,0:2,0:3" in "|".join(watcher.seen.get("orders:leader.replication.throttled.replicas", ())), \
+        watcher.seen
+    assert f"0:{moved_to}" in "|".join(watcher.seen.get("orders:follower.replication.throttled.replicas", ()))
+    assert {"400000"} == watcher.seen.get("broker 1:leader.replication.throttled.rate")
+    # the run record on __kplan: every unit intended before submitted, then completed; the lock released
+    recs = kplan_records(kraft)
+    run = next(v for k, v in recs.items() if k.startswith("run/"))
+    assert run["state"] == "completed" and all(u[0] == "completed" for u in run["units"])
+    assert len(run["units"]) == len(doc["batches"]) >= 3
+    # each unit's states as committed, in order: pending -> intended -> submitted (-> electing) -> completed,
+    # never submitted without intended before it
+    key = next(k for k in recs if k.startswith("run/"))
+    versions = [v for k, v in kplan_log(kraft) if k == key]
+    for i in range(len(run["units"])):
+        seen = [v["units"][i][0] for v in versions]
+        order = [st for n, st in enumerate(seen) if n == 0 or st != seen[n - 1]]
+        assert order in (["pending", "intended", "submitted", "completed"],
+                         ["pending", "intended", "submitted", "electing", "completed"]), (i, order)
+    assert recs["lock"]["released"] is True
+    assert not [k for k, v in recs.items() if k.startswith("throttles/") and v]
+    outcome = json.loads((tmp_path / "run" / "apply" / "outcome.json").read_text())
+    assert outcome["state"] == "completed" and outcome["units_submitted"] == len(run["units"])
+    # verify through the Admin API: converged, report written
+    assert cli.main(["verify", "--bootstrap-server", kraft.bootstrap_servers, "--plan", str(plan), "--timeout",
+                     "60"]) == 0
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["converged"] and report["partitions"]["converged"] == report["partitions"]["total"]
+    assert report["intent"]["holds"] and report["throttles_remaining"] == []
+    # applying it again does nothing
+    assert cli.main(["apply", "--bootstrap-server", kraft.bootstrap_servers, "--plan", str(plan),
+                     "--throttle", "400KB"]) == 0
+    assert "already applied" in capsys.readouterr().out
+
+
+def spawn(*argv: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "planner.cli", *argv], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
+def unit_states(sb) -> list[str]:
+    run = next((v for k, v in kplan_records(sb).items() if k.startswith("run/") and v and v["state"] == "running"),
+               None)
+    return [u[0] for u in run["units"]] if run else []
+
+
+def test_cancel_aborts_the_batch_in_flight_with_an_empty_target(kraft, tmp_path, capsys):
+    """A rebalance onto the emptied broker 1, applied at the lowest throttle in another process; `kplan cancel`
+    while a data batch is in flight: the apply aborts it (AlterPartitionReassignments with no target), its
+    partitions keep the replicas they had before it, the batches completed before stay, no throttle is left."""
+    from planner.execution.steps import load_plan
+
+    # partitions larger than one replica fetch (replica.fetch.max.bytes, 1 MiB): a throttle holds them back
+    kraft.produce({k: 2_500_000 for k in replicas(kraft)})
+    plan = snapshot_and_plan(kraft, tmp_path, "rebalance", "--max-concurrent-per-broker", "1", "--order",
+                             "largest-first", "--exclude-topics", "__.*")
+    units = load_plan(plan).units
+    start = replicas(kraft)
+    proc = spawn("apply", "--bootstrap-server", kraft.bootstrap_servers, "--plan", str(plan), "--throttle",
+                 "100KiB", "--poll", "0.2", "--lease", "6")
+    try:
+        def data_in_flight():
+            states = unit_states(kraft)
+            return proc.poll() is not None or any(st == "submitted" and units[n].kind == "data"
+                                                  for n, st in enumerate(states))
+        poll(data_in_flight, timeout=60, what="a data batch submitted")
+        assert proc.poll() is None, proc.communicate()
+        states = unit_states(kraft)
+        i = states.index("submitted")
+        assert reassigning(kraft), "the batch must still be copying when the cancel comes"
+        assert cli.main(["cancel", "--bootstrap-server", kraft.bootstrap_servers, "--plan", str(plan), "--timeout",
+                         "60", "--poll", "0.2"]) == 0
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, (out, err)                     # cancelled: exit 1, as on ZooKeeper
+    assert "reverted" in out and "aborted in flight" in out, out
+    assert reassigning(kraft) == {} and throttles_now(kraft) == {}
+    # the units completed before the cancel are at the plan's targets; the aborted one's partitions where they
+    # were before it; every other partition as it was before the apply
+    expected = dict(start)
+    for u in units[:i]:
+        expected.update({e.key: list(e.replicas) for e in u.entries})
+    for e, b in zip(units[i].entries, units[i].before, strict=True):
+        assert list(b) == expected[e.key]
+    assert replicas(kraft) == expected
+    run = next(v for k, v in kplan_records(kraft).items() if k.startswith("run/") and v["state"] == "reverted")
+    assert run["revert"]["unit"] == i and run["revert"]["state"] == "completed"
+    # a cancelled plan is not applied again
+    assert cli.main(["apply", "--bootstrap-server", kraft.bootstrap_servers, "--plan", str(plan), "--throttle",
+                     "1MB"]) == 1
+    assert "a cancelled plan is not applied again" in capsys.readouterr().err
+
+
+def test_over_sasl_no_credential_reaches_any_output_even_verbose(kraft, tmp_path):
+    """apply and verify over the SASL listener, -v (kafka-python's own SASL exchange logged at DEBUG): the
+    password reaches no output and no file; a wrong password is one line naming the refusal, exit 2."""
+    sasl = kraft.kafka_sasl
+    servers = ",".join(sorted(kraft.kafka_endpoints("SASL_PLAINTEXT").values()))
+    cfg = tmp_path / "kafka.json"
+    cfg.write_text(json.dumps({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                               "sasl.username": sasl["username"]}))
+    plan = snapshot_and_plan(kraft, tmp_path, "rebalance", "--exclude-topics", "__.*")
+    ok = subprocess.run([sys.executable, "-m", "planner.cli", "-v", "apply", "--bootstrap-server", servers,
+                         "--kafka-config", str(cfg), "--plan", str(plan), "--throttle", "50MB", "--poll", "0.2"],
+                        cwd=REPO, capture_output=True, text=True, timeout=120,
+                        env={**os.environ, "KPLAN_KAFKA_PASSWORD": sasl["password"]})
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert sasl["password"] not in ok.stdout + ok.stderr
+    for f in (tmp_path / "run").rglob("*.json"):
+        assert sasl["password"] not in f.read_text(), f
+    assert not any(sasl["password"] in json.dumps(v) for v in kplan_records(kraft).values())
+    bad = subprocess.run([sys.executable, "-m", "planner.cli", "verify", "--bootstrap-server", servers,
+                          "--kafka-config", str(cfg), "--plan", str(plan), "--kafka-timeout", "5"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "KPLAN_KAFKA_PASSWORD": "wrong-" + sasl["password"]})
+    assert bad.returncode == 2 and "refused" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    assert sasl["password"] not in bad.stdout + bad.stderr
+
