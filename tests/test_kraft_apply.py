@@ -40,6 +40,7 @@ CLUSTER = {"brokers": racks(4), "topics": [
     {"name": "fragile", "partitions": [{"replicas": [3]}]},     # RF 1: what the harness must see fail
 ]}
 REPO = Path(__file__).resolve().parent.parent
+TOPICS = ["orders", "audit", "fragile"]
 THROTTLE_KEYS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 RATE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 
@@ -75,11 +76,11 @@ def admin_call(sb, fn, *args, **kwargs):
 
 
 def replicas(sb) -> dict[tuple[str, int], list[int]]:
-    return {k: v["replicas"] for k, v in admin_call(sb, ka.describe_topic_partitions, ["orders", "audit"]).items()}
+    return {k: v["replicas"] for k, v in admin_call(sb, ka.describe_topic_partitions, TOPICS).items()}
 
 
 def leaders(sb) -> dict[tuple[str, int], int]:
-    return {k: v["leader"] for k, v in admin_call(sb, ka.describe_topic_partitions, ["orders", "audit"]).items()}
+    return {k: v["leader"] for k, v in admin_call(sb, ka.describe_topic_partitions, TOPICS).items()}
 
 
 def throttles_now(sb) -> dict[str, str]:
