@@ -296,8 +296,9 @@ class Feasibility:
             arcs.append((bnode[b], to, max(0, lo - self.fixed[b]), hi - self.fixed[b], 0))
         return nxt, arcs
 
-    def band_feasible(self, lo: int, hi: int, rack_min: dict | None = None) -> bool:
-        n, arcs = self._arcs(lo, hi, rack_min=rack_min)
+    def band_feasible(self, lo: int, hi: int, rack_min: dict | None = None, room: bool = False) -> bool:
+        """With `room`, every broker must also keep room to lead its share (`_arcs`)."""
+        n, arcs = self._arcs(lo, hi, room=room, rack_min=rack_min)
         return _bounded_flow_feasible(n, [a[:4] for a in arcs], 0, 1)
 
     def forced_on(self, q: str) -> int:

@@ -253,6 +253,47 @@ def test_bytes_rebalances_level_bytes_and_counts_or_say_they_did_not(tmp_path):
     assert not missed, missed
 
 
+def test_a_band_the_racks_force_is_widened_to_what_level_leaders_need(tmp_path):
+    """A larger generated cluster (the 7th of random_shape(seed 7, 400-1000 partitions per broker, up to 24
+    brokers): 13 brokers on racks of 3, 2 and 8, 7,982 partitions) whose rack r1 must hold a replica of every
+    partition that spans all racks. The racks alone allow spread 732 ([1378, 2110]), but in no band narrower than
+    [1378, 2204] does every broker keep room to lead its share within the topics' caps (the independent flow:
+    the rack flow refuses any minimum above 1378, the room flow any maximum below 2204), so 826 is the least
+    spread that keeps leader spread <= 1 possible. The plan reaches exactly that, with leader spread <= 1 and no
+    topic over its cap (checked here from its placement), and says why. Before, it targeted [1378, 2110] and
+    ended at 820 with leader spread 12 and 2 topics over their cap."""
+    rng = np.random.default_rng(7)
+    for _ in range(7):
+        shape = random_shape(rng, per_broker=(400, 1000), max_brokers=24)
+    c = generate(shape)
+    to_snapshot(c, tmp_path / "s")
+    doc = plan_document(make_plan(from_snapshot(read_snapshot(tmp_path / "s")), Params("rebalance", balance="count")),
+                        {}, {})
+    spec, _ = _spec(c)
+    fz = Feasibility(spec.racks, spec.alive, spec.assignment, set(), True)
+    assert not fz.relaxed
+    big = fz.total + 1
+    assert fz.band_feasible(1378, 2110) and not fz.band_feasible(1379, big)      # rack-only best 732
+    assert not fz.band_feasible(0, 2203, room=True) and fz.band_feasible(1378, 2204, room=True)
+    final = plan_maps(doc, spec)
+    check_guarantees(spec, final, set(), set(), True)
+    c1 = counts(final, spec.alive)
+    assert (min(c1.values()), max(c1.values())) == (1378, 2204)
+    led = leader_counts(final, spec.alive)
+    assert max(led.values()) - min(led.values()) <= 1
+    cap = {}
+    for (t, _p), reps in final.items():
+        cap[(t, reps[0])] = cap.get((t, reps[0]), 0) + 1
+    n_t: dict[str, int] = {}
+    for t, _p in final:
+        n_t[t] = n_t.get(t, 0) + 1
+    assert all(n <= math.ceil(n_t[t] / len(spec.alive)) for (t, _b), n in cap.items())
+    s = doc["summary"]
+    assert (s["reachable_replica_spread"], s["target_replica_band"]) == (826, [1378, 2204])
+    assert any(w.startswith("replica spread 826 at best with level leaders, not the 732 the racks alone allow: "
+                            "rack r1 ") for w in doc["warnings"]), doc["warnings"]
+
+
 # --------------------------------------------------------------------------------------------- by hand
 def _lopsided(tmp_path) -> tuple[Spec, dict]:
     """Racks a (broker 1), b (2, 3), c (4, 5, 6); 60 partitions of RF 3 (one replica on each rack, so broker 1

@@ -167,6 +167,9 @@ def make_plan(pb: Problem, params: Params, progress: Callable[[str], None] | Non
         say("choosing rebalance moves (min-cost flow)")
         placed, info = place_rebalance(pb, eligible, params.balance, params.max_moves, params.max_bytes)
         warnings.extend(info.unreached)
+        if info.reach is not None and info.reach.joint_from is not None:
+            warnings.append(f"replica spread {info.reach.spread} at best with level leaders, not the "
+                            f"{info.reach.joint_from} the racks alone allow: {info.reach.reason}")
     timings["placement_s"] = time.perf_counter() - t
 
     t = time.perf_counter()

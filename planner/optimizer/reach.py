@@ -56,6 +56,7 @@ class Reach:
     rack_totals: list[dict]  # per rack: eligible brokers, least and most total it can hold
     transport: int | None = None   # the fewest new replicas that bring every broker into [low, high]
     exact: bool = True       # no partition under a relaxed rule: [low, high] is reachable, not only a bound
+    joint_from: int | None = None  # the rack-only spread, where the band was widened for leader room
 
 
 @dataclass

@@ -32,6 +32,7 @@ flow can always meet the cap.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -99,6 +100,8 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
         by = bytes_per_broker(final, pb.sizes, B)[e_idx]
         lb_bytes = int(np.maximum(0.0, by - by.mean()).sum())
     rc = reach(pb, eligible)
+    if mode == "count" and max_moves is None and max_bytes is None:
+        rc = _joint_band(pb, eligible, rc)
     st = State(final, np.full(len(final), -1, np.int32), {},
                 np.zeros(len(pb.topic_names), np.int64))
     if rc.spread > 1:
@@ -177,6 +180,38 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
         return flow[0], flow[1]
     return st.final, RebalanceInfo(mode, bound.moves, excess, lb_bytes, repair, rounds, unreached,
                                    leader_topics_stopped=stopped, bound=bound, reach=rc)
+
+
+def _joint_band(pb: Problem, eligible: np.ndarray, rc: Reach) -> Reach:
+    """The band to target where the racks force a wide one in which no placement leaves every broker room to
+    lead its share (partition_flow's room flow, which every leader order of spread <= 1 within the topics' caps
+    needs): the least maximum U with [0, U] room-feasible, with the low end kept where it is ([low, inf) still
+    room-feasible), checked as a band. Every narrower band is refused (the room flow refuses [0, U - 1], the
+    rack flow already [low + 1, inf): reach.py), so U - low is the best replica spread that keeps today's leader results possible: proven
+    by the flow on both sides. Issue 25: a generated 13-broker cluster, rack r1 of 2 brokers, rack-only best
+    732, ended at 820 with leader spread 12 and 2 topics over their cap; at the joint band, 826 with leader
+    spread 0. Only for flows within partition_flow.ARC_LIMIT (~15 flows of ~0.3 s there)."""
+    if rc.spread <= 1 or not rc.exact or arcs_needed(pb, eligible) > ARC_LIMIT:
+        return rc
+    cap0 = leader_cap0(pb, eligible)
+    total = int(broker_counts(pb.replicas, pb.num_brokers)[eligible].sum())
+
+    def room(lo: int, hi: int) -> bool:
+        return least_placement(pb, eligible, lo, hi, cap0, room=True) is not None
+
+    if room(rc.low, rc.high) or not room(rc.low, total):
+        return rc
+    a, b = rc.high + 1, total
+    while a < b:
+        mid = (a + b) // 2
+        a, b = (a, mid) if room(0, mid) else (mid + 1, b)
+    if not room(rc.low, a):
+        return rc
+    why = (f"{rc.reason}; and leader spread <= 1 within the topics' caps needs replica spread >= {a - rc.low} "
+           f"({rc.low:,}..{a:,} per broker; the rack rules alone allow {rc.spread}, {rc.low:,}..{rc.high:,}): no "
+           f"placement in a narrower band leaves every broker room to lead its share (proven: the leader-room "
+           f"flow refuses any maximum below {a:,}, the rack flow any minimum above {rc.low:,})")
+    return dataclasses.replace(rc, high=a, spread=a - rc.low, reason=why, transport=None, joint_from=rc.spread)
 
 
 def _room_slack(bound: int, moves: int) -> int:
