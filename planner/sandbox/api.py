@@ -145,7 +145,7 @@ class Sandbox:
         self.info = read_info(self.dir)
         from planner.sandbox import migration
 
-        if migration.phase(self.info) in migration.KRAFT_PHASES:
+        if migration.phase(self.info) in migration.KRAFT_PHASES or migration.kraft_brokers(self.info):
             return migration.MigratedEngine(self.dir, self.info)
         if self.engine == "kraft":
             from planner.sandbox.kraft_engine import KraftEngine

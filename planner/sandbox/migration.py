@@ -95,10 +95,11 @@ def _check(engine: KafkaEngine, to: str, brokers: list[int] | None = None) -> li
     if j <= i:
         raise BadInput(f"the sandbox is already in migration phase {now}: a migration only goes forward "
                        f"({' -> '.join(PHASES)})")
+    steps = list(PHASES[i + 1:j + 1])
     stopped = [b for b, r in engine.records().items() if r.state != RUNNING]
-    if stopped:
+    if stopped and steps[0] != "dual-write":   # the step to KRaft mode starts a stopped broker as a KRaft broker
         raise BadInput(f"brokers {stopped} are not running: start them before a migration step")
-    return list(PHASES[i + 1:j + 1])
+    return steps
 
 
 def migrate(engine: KafkaEngine, to: str, timeout: float = 180, brokers: list[int] | None = None) -> dict[str, Any]:
@@ -322,8 +323,9 @@ def _finalize(engine: KafkaEngine, timeout: float) -> None:
 
 # ------------------------------------------------------------------------------------------ the engine
 class MigratedEngine(KraftEngine):
-    """A sandbox whose brokers left ZooKeeper mode (phases dual-write and finalized): the kraft engine's Admin
-    API waits and commands, with Kafka 3.x's log4j 1 configuration for a restarted node."""
+    """A sandbox with brokers in KRaft mode (phases dual-write and finalized, or hybrid half way through the
+    roll): the kraft engine's Admin API waits and commands, asked of the brokers in KRaft mode, with Kafka 3.x's
+    log4j 1 configuration; a broker still in ZooKeeper mode is started again as one."""
 
     @property
     def bootstrap(self) -> str:
@@ -338,7 +340,13 @@ class MigratedEngine(KraftEngine):
         return _launch_node(self, rec.dir)
 
     def _launch(self, recs: list[Any]) -> None:
+        kr = set(kraft_brokers(self.info))
         for rec in recs:
-            pid = self.launch_broker(rec)
+            if rec.id in kr:
+                pid = self.launch_broker(rec)
+            else:                                 # still in ZooKeeper mode, with the migration settings
+                spec = KafkaEngine.spec(self, rec)
+                kbroker.write_config(spec)
+                pid = _launch_node(self, rec.dir)
             self.info = update_brokers(self.directory, {rec.id: {"pid": pid, "state": RUNNING}})
             log.info("broker %d: JVM %d started (KRaft mode)", rec.id, pid)
