@@ -37,7 +37,7 @@ CLUSTER = {"brokers": racks(4), "topics": [
      "partitions": [{"replicas": [1, 2, 3], "size_bytes": SIZE}, {"replicas": [2, 3, 1], "size_bytes": SIZE},
                     {"replicas": [3, 1, 4], "size_bytes": SIZE}, {"replicas": [4, 2, 3], "size_bytes": SIZE}]},
     {"name": "audit", "partitions": [{"replicas": [1, 4], "size_bytes": SIZE}, {"replicas": [2, 1], "size_bytes": SIZE}]},
-    {"name": "fragile", "partitions": [{"replicas": [3]}]},     # RF 1: what the harness must see fail
+    {"name": "fragile", "partitions": [{"replicas": [3]}]},     # RF 1
 ]}
 REPO = Path(__file__).resolve().parent.parent
 TOPICS = ["orders", "audit", "fragile"]
@@ -151,7 +151,7 @@ class ConfigWatcher(threading.Thread):
 
 def test_drain_applied_in_batches_throttled_and_verified_through_the_admin_api(kraft, tmp_path, capsys):
     before = replicas(kraft)
-    plan = snapshot_and_plan(kraft, tmp_path, "drain", "--brokers", "1", "--max-concurrent-per-broker", "2")
+    plan = snapshot_and_plan(kraft, tmp_path, "drain", "--brokers", "1", "--max-concurrent-per-broker", "3")
     doc = json.loads((plan / "plan.json").read_text())
     assert doc["snapshot"]["backend"] == "kraft"
     watcher = ConfigWatcher(kraft)
@@ -226,7 +226,7 @@ def test_cancel_aborts_the_batch_in_flight_with_an_empty_target(kraft, tmp_path,
     from planner.execution.steps import load_plan
 
     # partitions larger than one replica fetch (replica.fetch.max.bytes, 1 MiB): a throttle holds them back
-    kraft.produce({k: 2_500_000 for k in replicas(kraft)})
+    _big(kraft)
     plan = snapshot_and_plan(kraft, tmp_path, "rebalance", "--max-concurrent-per-broker", "1", "--order",
                              "largest-first", "--exclude-topics", "__.*")
     units = load_plan(plan).units
@@ -293,3 +293,97 @@ def test_over_sasl_no_credential_reaches_any_output_even_verbose(kraft, tmp_path
     assert bad.returncode == 2 and "refused" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
     assert sasl["password"] not in bad.stdout + bad.stderr
 
+
+
+def _big(sb) -> None:
+    """Every user partition larger than one replica fetch (1 MiB), so that a throttle holds a batch in flight."""
+    if min(v for k, v in sb.log_end_offsets(list(replicas(sb))).items()) < 1000:
+        sb.produce({k: 1_600_000 for k in replicas(sb)})
+
+
+def test_killed_mid_batch_and_resumed_loses_nothing_under_a_live_workload(kraft, tmp_path):
+    """Issue 24's must-show on real KRaft brokers: a drain applied throttled in batches, the apply SIGKILLed while
+    a data batch copies, run again: it resumes (the batch in flight is not submitted again), converges, and a
+    workload producing and consuming throughout loses, duplicates and reorders nothing."""
+    from planner.execution.steps import load_plan
+    from planner.sandbox.workload import Workload
+
+    _big(kraft)
+    plan = snapshot_and_plan(kraft, tmp_path, "drain", "--brokers", "2", "--max-concurrent-per-broker", "1",
+                             "--order", "largest-first")
+    units = load_plan(plan).units
+    with Workload(kraft, topics=["orders", "audit"], rate=100) as w:
+        proc = spawn("apply", "--bootstrap-server", kraft.bootstrap_servers, "--plan", str(plan), "--throttle",
+                     "100KiB", "--poll", "0.2", "--lease", "4")
+        try:
+            poll(lambda: proc.poll() is not None or any(st == "submitted" and units[n].kind == "data"
+                                                        for n, st in enumerate(unit_states(kraft))),
+                 timeout=60, what="a data batch submitted")
+            assert proc.poll() is None, proc.communicate()
+            assert reassigning(kraft)
+            w.mark("apply killed (SIGKILL) mid-batch")
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        states = unit_states(kraft)
+        assert "submitted" in states and reassigning(kraft), "the batch keeps moving in Kafka after the kill"
+        left = states.count("pending")
+        w.mark("apply resumed")
+        assert cli.main(["apply", "--bootstrap-server", kraft.bootstrap_servers, "--plan", str(plan), "--throttle",
+                         "2MB", "--poll", "0.2", "--lease", "4"]) == 0
+        outcome = json.loads((tmp_path / "run" / "apply" / "outcome.json").read_text())
+        # resumed, and only the units still pending at the kill were submitted: the one in flight was not
+        assert outcome["resumed"] is True and outcome["units_submitted"] == left, (outcome, states)
+        n = w.summary()["acked"]      # traffic after the last batch too, for the workload's audit
+        poll(lambda: w.summary()["acked"] > n + 50, timeout=30, what="traffic after the apply")
+    report = w.report()
+    assert report["verdict"]["integrity"], report["verdict"]
+    assert report["audit"]["lost"] == 0 and report["producer"]["acked"] > 200, report["producer"]
+    after = replicas(kraft)
+    assert all(2 not in r for r in after.values()) and reassigning(kraft) == {} and throttles_now(kraft) == {}
+    assert 2 not in leaders(kraft).values()
+
+
+@pytest.mark.parametrize("lease", [2.0, 1000.0])
+def test_a_second_writer_fences_the_first_whose_late_admin_writes_the_lease_bounds(kraft, lease):
+    """Two writers of one cluster's __kplan. B's initTransactions fences A: A's next transition fails with
+    PRODUCER_FENCED. A stalled writer (one that committed "intended" and then hung, as a GC pause or a stopped
+    process does) may still hold a live Admin client: its guard refuses the late write once its lease has run
+    out. With a lease longer than the stall (1000 s: the unprotected case) the guard lets the late write through,
+    so the bound really is the lease."""
+    from planner.execution.kraftstore import Fenced, LeaseExpired
+
+    a = Store(kraft.bootstrap_servers, lease=lease)
+    b = Store(kraft.bootstrap_servers, lease=lease)
+    try:
+        a.open()
+        a.transact({"lock": {"holder": {"command": "A"}, "heartbeat": time.time(), "released": False},
+                    "test/a": {"batch": 1, "state": "intended"}})
+        stalled_at = time.monotonic()
+        opened = time.monotonic()
+        b.open()                                    # B takes over: A is fenced from here on
+        b.transact({"test/b": {"took": "over"}})
+        if lease < 100:
+            # A did not release its lock: B's first Admin write waits one lease after its initTransactions
+            b.wait_initial()
+            assert time.monotonic() - opened >= lease
+            b.transact({"test/b": {"took": "over", "heartbeat": 1}})
+            b.guard()
+        # A's stall outlasts a 2 s lease: the late write A would send now is refused by its guard...
+        poll(lambda: time.monotonic() - stalled_at > 2.2, timeout=5, what="A's stall")
+        if lease < 100:
+            with pytest.raises(LeaseExpired):
+                a.guard()
+        else:
+            a.guard()                               # ...unless the lease is longer than the stall
+        with pytest.raises(Fenced, match="took over"):
+            a.transact({"test/a": {"batch": 1, "state": "submitted"}})
+        with pytest.raises(Fenced):
+            a.guard()                               # and nothing more once A knows it was fenced
+        recs = kplan_records(kraft)
+        assert recs["test/a"] == {"batch": 1, "state": "intended"} and recs["test/b"]["took"] == "over"
+    finally:
+        a.close()
+        b.close({"holder": {"command": "B"}, "released": True})

@@ -125,7 +125,9 @@ class KraftExecutor:
         self.store.transact({**self._records(), **(extra or {})})
 
     def _guard(self) -> None:
-        """Before every Admin write: a fresh commit when a third of the lease is gone, then the lease itself."""
+        """Before every Admin write: a new holder's initial wait, a fresh commit when a third of the lease is gone,
+        then the lease itself."""
+        self.store.wait_initial(self.stop_requested)
         if not self.store.fresh():
             self._save()
         self.store.guard(self.stop_requested)
@@ -495,13 +497,16 @@ class KraftExecutor:
                 self.cluster.reassign({k: None for k in keys}, f"abort of {unit.label}")
                 rec.move_revert(rr.SUBMITTED, f"{unit.label}: abort submitted")
                 self._save()
-            while True:
-                statuses = self.cluster.partitions(keys, states=False)
-                if not any(s.reassigning for s in statuses.values()):
-                    break
-                self._heartbeat()
-                time.sleep(self.opts.poll)
             before = {e.key: b for e, b in zip(unit.entries, unit.before, strict=True)}
+            statuses = self._settle(keys)
+            # The controller restores the replica *set* (the current list minus the adding replicas), not its
+            # order (Kafka's PartitionReassignmentRevert): the lists the unit started from are written back, a
+            # reordering that copies nothing, so the preferred leaders are those of before the unit.
+            order = {k: before[k] for k in keys if statuses[k].replicas is not None
+                     and statuses[k].replicas != before[k] and set(statuses[k].replicas) == set(before[k])}
+            if order:
+                self.cluster.reassign(order, f"the order of {unit.label}'s lists before it")
+                statuses = self._settle(keys)
             self.reverted = [k for k in keys if statuses[k].replicas == before[k]]
             kept = [k for k in keys if statuses[k].replicas != before[k]]
             rec.move_revert(rr.COMPLETED, f"{unit.label} aborted: {len(self.reverted)} partitions back where they "
@@ -519,6 +524,20 @@ class KraftExecutor:
                 if unit is not None else "no batch was in flight")
         return self._result(end, f"plan {self.plan.id} {end}: {what}; {done} of {len(self.plan.units)} batches "
                             "stay applied (rollback.json reverts them all)")
+
+    def _settle(self, keys: list[Key]) -> dict[Key, PartStatus]:
+        """Until none of `keys` is reassigning and the broker's metadata shows it (at most METADATA_LAG more)."""
+        quiet_since = None
+        while True:
+            statuses = self.cluster.partitions(keys, states=False)
+            if any(s.reassigning for s in statuses.values()):
+                quiet_since = None
+            else:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since >= min(METADATA_LAG, 3 * self.opts.poll):
+                    return statuses
+            self._heartbeat()
+            time.sleep(self.opts.poll)
 
     def cancel(self, timeout: float) -> Result:
         """`kplan cancel`: record the request; a running apply honours it within a poll. When no apply holds the

@@ -203,7 +203,7 @@ class Store:
         tid = self.transactional_id
         self._producer = KafkaProducer(bootstrap_servers=self.servers, transactional_id=tid, acks="all",
                                        enable_idempotence=True, max_block_ms=int(max(self.timeout, 10) * 1000),
-                                       transaction_timeout_ms=int(max(60.0, 3 * self.lease) * 1000),
+                                       transaction_timeout_ms=int(min(900.0, max(60.0, 3 * self.lease)) * 1000),
                                        **_client_config(self.security))
         self._producer.init_transactions()
         fenced_at = time.monotonic()
@@ -266,13 +266,21 @@ class Store:
         the last successful commit started more than `lease` seconds ago (commit first, then write)."""
         if self._producer is None:
             raise Fenced("kplan does not hold the fence on this cluster: no Admin write")
+        self.wait_initial(stop)
+        if self.anchor is None or time.monotonic() - self.anchor > self.lease:
+            raise LeaseExpired(f"more than {self.lease:g}s since this kplan's last committed transition on "
+                               f"{TOPIC}: no Admin write until the next one commits")
+
+    def wait_initial(self, stop: Callable[[], bool] | None = None) -> None:
+        """A new writer that took the fence from one that did not release it: until one lease after its
+        initTransactions returned (its own monotonic clock), no Admin write."""
+        if self.not_before > time.monotonic():
+            log.info("waiting %.1fs (one lease) before the first Admin write: the previous holder did not release "
+                     "the lock", self.not_before - time.monotonic())
         while time.monotonic() < self.not_before:
             if stop is not None and stop():
                 raise KeyboardInterrupt("stop requested during the fence's initial wait")
             time.sleep(max(0.0, min(0.2, self.not_before - time.monotonic())))
-        if self.anchor is None or time.monotonic() - self.anchor > self.lease:
-            raise LeaseExpired(f"more than {self.lease:g}s since this kplan's last committed transition on "
-                               f"{TOPIC}: no Admin write until the next one commits")
 
     def fresh(self) -> bool:
         """Is a third of the lease left? (the holder commits a heartbeat before it runs out)"""

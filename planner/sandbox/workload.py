@@ -177,9 +177,9 @@ class Workload:
         if not delivery_timeout > 0:
             raise BadInput(f"delivery timeout must be positive, got {delivery_timeout:g}")
         sb = sandbox if isinstance(sandbox, Sandbox) else Sandbox(sandbox)
-        if sb.engine != "kafka":
+        if sb.engine not in ("kafka", "kraft"):
             raise BadInput(f"the sandbox in {sb.dir} runs the {sb.engine} engine, which has no data path (no "
-                           "broker serves produce or fetch requests): start one with --engine kafka")
+                           "broker serves produce or fetch requests): start one with --engine kafka or kraft")
         self.sandbox = sb
         self.rate = rate
         self.size = int(size)
@@ -220,30 +220,47 @@ class Workload:
 
     # ------------------------------------------------------------------------------------ set-up
     def _resolve_topics(self, topics: list[str] | None) -> tuple[list[str], list[tuple[str, int]]]:
+        if self.sandbox.engine == "kraft":   # no ZooKeeper: the topics and partitions through the Admin API
+            from planner import kraft_admin as ka
+
+            admin = ka.connect(self.sandbox.bootstrap_servers)
+            try:
+                parts_of = {}
+                for t, p in ka.describe_topic_partitions(admin):
+                    if p >= 0:
+                        parts_of.setdefault(t, []).append(p)
+            finally:
+                admin.close()
+            return self._chosen(topics, sorted(parts_of), lambda t: sorted(parts_of[t]))
         from planner import codec
         from planner import zk as zkmod
 
         with zkmod.session(self.sandbox.connect_string) as client:
             existing = sorted(client.get_children(codec.TOPICS)) if client.exists(codec.TOPICS) else []
-            if topics is None:
-                chosen = [t for t in existing if not t.startswith("__")]
-                if not chosen:
-                    raise BadInput(f"the sandbox in {self.sandbox.dir} has no topic to produce to; name one "
-                                   "with --topics after creating it")
-            else:
-                chosen = list(dict.fromkeys(topics))
-                if not chosen:
-                    raise BadInput("give at least one topic")
-                missing = [t for t in chosen if t not in existing]
-                if missing:
-                    shown = ", ".join(existing[:10]) + (f" (+{len(existing) - 10} more)" if len(existing) > 10 else "")
-                    raise BadInput(f"topic{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-                                   f"do{'' if len(missing) > 1 else 'es'} not exist in the sandbox "
-                                   f"(its topics: {shown or 'none'})")
-            parts = []
-            for t in chosen:
-                data, _ = client.get(codec.topic_path(t))
-                parts.extend((t, p) for p in sorted(codec.decode_topic(t, data).partitions))
+            return self._chosen(topics, existing, lambda t: sorted(
+                codec.decode_topic(t, client.get(codec.topic_path(t))[0]).partitions))
+
+    def _chosen(self, topics: list[str] | None, existing: list[str], partitions: Any
+                ) -> tuple[list[str], list[tuple[str, int]]]:
+        """The topics asked for (None: every topic not starting with "__"), checked, and their partitions."""
+        if topics is None:
+            chosen = [t for t in existing if not t.startswith("__")]
+            if not chosen:
+                raise BadInput(f"the sandbox in {self.sandbox.dir} has no topic to produce to; name one "
+                               "with --topics after creating it")
+        else:
+            chosen = list(dict.fromkeys(topics))
+            if not chosen:
+                raise BadInput("give at least one topic")
+            missing = [t for t in chosen if t not in existing]
+            if missing:
+                shown = ", ".join(existing[:10]) + (f" (+{len(existing) - 10} more)" if len(existing) > 10 else "")
+                raise BadInput(f"topic{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                               f"do{'' if len(missing) > 1 else 'es'} not exist in the sandbox "
+                               f"(its topics: {shown or 'none'})")
+        parts = []
+        for t in chosen:
+            parts.extend((t, p) for p in partitions(t))
         return chosen, parts
 
     def __enter__(self) -> Workload:
@@ -263,7 +280,12 @@ class Workload:
         bootstrap = self.sandbox.bootstrap_servers.split(",")
         self._install_retry_counter()
         try:
-            self._watcher = PartitionWatcher(self.sandbox.connect_string).start()
+            if self.sandbox.engine == "kraft":
+                from planner.sandbox.admin_watcher import AdminPartitionWatcher
+
+                self._watcher = AdminPartitionWatcher(self.sandbox.bootstrap_servers, self.topics).start()
+            else:
+                self._watcher = PartitionWatcher(self.sandbox.connect_string).start()
             self._consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                                            client_id=self.client_id + "-consumer", auto_offset_reset="earliest",
                                            request_timeout_ms=30000, fetch_max_wait_ms=100)
