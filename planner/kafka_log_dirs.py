@@ -136,7 +136,8 @@ def _fast(b: bytes, version: int) -> Answer:
         nonlocal pos
         for _ in range(uvarint()):
             uvarint()
-            pos += uvarint()
+            size = uvarint()   # read before pos is (pos += uvarint() would add to the old pos)
+            pos += size
 
     pos += 4                                                    # ThrottleTimeMs
     error = 0
