@@ -120,3 +120,18 @@ def test_a_task_of_a_run_started_otherwise_refuses_both_or_neither_and_reads_the
     assert isinstance(z, ZkTarget) and target_fields(z) == {"zk": "zk1:2181/kafka", "auth": None}
     with pytest.raises(AirflowFailException, match="has type 'zookeeper', not 'kafka'"):
         cluster(None, "zk_one")
+
+
+def test_a_kraft_request_keeps_its_none_zk_and_drops_other_nones():
+    """The operators build a request from their fields, None meaning the library's default; `zk`, which has no
+    default, stays None for a KRaft cluster (the Admin API writer's requests take `bootstrap` instead)."""
+    from pathlib import Path
+
+    from kplan_airflow.operators import _request
+
+    from planner import api
+
+    req = _request(api.VerifyRequest, {"zk": None, "plan": Path("p"), "wait": None, "fail": False})
+    assert (req.zk, req.plan, req.wait, req.fail) == (None, Path("p"), 600.0, False)
+    with pytest.raises(TypeError):
+        _request(api.VerifyRequest, {"zk": None, "plan": Path("p"), "no_such_field": 1})

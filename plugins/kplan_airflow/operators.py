@@ -779,9 +779,12 @@ def _reason(reason: Any, context: Context) -> str:
 
 
 def _request(cls: type[T], fields: dict[str, Any]) -> T:
-    """Build a request (None means: the library's default). A field the request does not declare is a
-    TypeError here, never silently dropped."""
-    return cls(**{k: v for k, v in fields.items() if v is not None})
+    """Build a request (None means: the library's default; a field without a default, such as `zk` for a KRaft
+    cluster's request, keeps its None). A field the request does not declare is a TypeError here, never
+    silently dropped."""
+    required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING  # type: ignore[arg-type]
+                and f.default_factory is dataclasses.MISSING}
+    return cls(**{k: v for k, v in fields.items() if v is not None or k in required})
 
 
 @shows_failures
