@@ -48,6 +48,7 @@ from planner import codec
 from planner import kafka_config as kc
 from planner.errors import BadInput, KafkaUnavailable
 from planner.kafka_admin import KafkaSecurity
+from planner.kraft_dtp import Sweep
 from planner.snapshot_assembly import ClusterRead, Consistency
 from planner.snapshot_reader import (
     AdminRecord,
@@ -144,12 +145,14 @@ class AdminClusterReader:
             controller = self._controller()
         say("reading every partition (DescribeTopicPartitions), topic configs (DescribeConfigs)")
         first = self._volatile()
-        names = sorted({t for t, _ in first[1]})
-        configs = ka.configs(self.admin, "topic", names) if names else {}
+        names = list(first[1].topics)
+        say(f"read {len(first[1])} partitions of {len(names)} topics; reading their configs (DescribeConfigs)")
+        configs, _ = ka.topic_overrides(self.admin, names)
         broker_configs = self._broker_configs(first[0])
+        say("reading brokers, partitions and reassignments again, until two reads agree")
         rounds, rereads, consistent = 0, 0, True
         while True:
-            again = self._volatile()
+            again = self._volatile(first[1])
             rereads += len(again[1])
             if _same(first, again):
                 break
@@ -163,11 +166,14 @@ class AdminClusterReader:
                     "different moments"})
                 break
         brokers, parts, reassigning = first
-        names = sorted({t for t, _ in parts})
-        missing = [t for t in names if t not in configs]
-        if missing:          # created between the first read and the last
-            configs.update(ka.configs(self.admin, "topic", missing))
-        topics = self._topics(names, parts, reassigning, configs)
+        missing = [t for t in parts.topics if t not in configs]
+        if missing:          # created between the first read and the last (or answered with an error then)
+            got, errors = ka.topic_overrides(self.admin, missing)
+            if errors:
+                raise BadInput(f"DescribeConfigs refused {len(errors)} topics: " + "; ".join(
+                    f"{t}: {e}" for t, e in sorted(errors.items())[:5]))
+            configs.update(got)
+        topics = self._topics(parts, reassigning, configs)
         admin = AdminRecord(tuple(codec.ReassignEntry(t, p, tuple(r["target"]))
                                   for (t, p), r in sorted(reassigning.items())), (), ())
         return ClusterRead(controller, brokers, broker_configs, admin, topics,
@@ -231,13 +237,16 @@ class AdminClusterReader:
                 return ControllerRecord(leader, epoch, epoch, kraft=True)
         return ControllerRecord(kraft=True)
 
-    def _volatile(self) -> tuple[tuple[BrokerRecord, ...], dict, dict]:
-        """What changes while a snapshot reads: brokers (fenced), every partition, reassignments."""
+    def _volatile(self, previous: Sweep | None = None) -> tuple[tuple[BrokerRecord, ...], Sweep, dict]:
+        """What changes while a snapshot reads: brokers (fenced), every partition, reassignments. A re-read of
+        the partitions that Kafka answers byte for byte as `previous` returns `previous` itself (not decoded
+        again: planner.kraft_dtp)."""
         from planner import kraft_admin as ka
 
         brokers = tuple(self._broker(b, d) for b, d in sorted(ka.brokers(self.admin).items()))
-        parts = ka.metadata_partitions(self.admin) if self.hybrid else ka.describe_topic_partitions(self.admin)
-        bad = [f"{t}: {v['error']}" for (t, p), v in parts.items() if v.get("error")]
+        parts = Sweep.from_dicts(ka.metadata_partitions(self.admin)) if self.hybrid else \
+            ka.partition_sweep(self.admin, previous)
+        bad = parts.problems
         if bad:
             raise BadInput(f"{'Metadata' if self.hybrid else 'DescribeTopicPartitions'} refused {len(bad)} topics or partitions: {'; '.join(bad[:5])}")
         reassigning = {}
@@ -277,39 +286,49 @@ class AdminClusterReader:
             out[codec.DEFAULT_BROKER_ENTITY] = default
         return MappingProxyType(out)
 
-    def _topics(self, names: list[str], parts: dict, reassigning: dict, configs: dict) -> dict[str, TopicRecord]:
-        keys = sorted(k for k in parts if k[1] >= 0)
-        rank = {n: i for i, n in enumerate(names)}
-        n = len(keys)
-        tidx = np.array([rank[t] for t, _ in keys], dtype=np.int32)
+    def _topics(self, parts: Sweep, reassigning: dict, configs: dict) -> dict[str, TopicRecord]:
+        names = parts.topics
+        n = len(parts)
+        rank = {t: i for i, t in enumerate(names)}
+        # the row of each partition in reassignment (rows are in (topic, partition) order)
+        keys = (parts.t.astype(np.int64) << 32) | parts.partition.astype(np.int64)
+        moving = {}
+        for (t, p), r in reassigning.items():
+            i = int(np.searchsorted(keys, (rank[t] << 32) | p)) if t in rank else n
+            if i < n and keys[i] == (rank[t] << 32) | p:
+                moving[i] = r
 
-        def lists(get: Callable[[dict, tuple[str, int]], list[int] | None]) -> pa.Array:
-            return pa.array([get(parts[k], k) for k in keys], pa.list_(pa.int32()))
+        def sparse(field: str) -> pa.Array:
+            """A list column that is empty except on the rows in reassignment."""
+            rows = sorted(moving)
+            counts = np.zeros(n, np.int64)
+            counts[rows] = [len(moving[i][field]) for i in rows]
+            offsets = np.zeros(n + 1, np.int32)
+            np.cumsum(counts, out=offsets[1:])
+            values = [x for i in rows for x in moving[i][field]]
+            return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, pa.int32()))
 
         table = pa.table({
-            "_t": pa.array(tidx, pa.int32()),
-            "partition": pa.array([p for _, p in keys], pa.int32()),
-            "replicas": lists(lambda v, k: v["replicas"]),
-            "adding_replicas": lists(lambda v, k: reassigning.get(k, {}).get("adding", [])),
-            "removing_replicas": lists(lambda v, k: reassigning.get(k, {}).get("removing", [])),
+            "_t": pa.array(parts.t, pa.int32()),
+            "partition": pa.array(parts.partition, pa.int32()),
+            "replicas": parts.lists["replicas"].arrow(),
+            "adding_replicas": sparse("adding"),
+            "removing_replicas": sparse("removing"),
             "has_state": pa.array(np.ones(n, dtype=bool)),
-            "leader": pa.array([parts[k]["leader"] for k in keys], pa.int32()),
-            "leader_epoch": pa.array([parts[k]["leader_epoch"] for k in keys], pa.int32()),
-            "isr": lists(lambda v, k: v["isr"]),
+            "leader": pa.array(parts.leader, pa.int32()),
+            "leader_epoch": pa.array(parts.leader_epoch, pa.int32()),
+            "isr": parts.lists["isr"].arrow(),
             "controller_epoch": pa.array(np.full(n, -1, np.int32)),
             "leader_recovery_state": pa.array(np.zeros(n, np.int8)),
             "state_version": pa.array(np.full(n, -1, np.int32)),
             "state_error": pa.nulls(n, pa.string()),
-            "elr": lists(lambda v, k: v["elr"]),
-            "last_known_elr": lists(lambda v, k: v["last_known_elr"]),
+            "elr": parts.lists["elr"].arrow(),
+            "last_known_elr": parts.lists["last_known_elr"].arrow(),
         })
         block = PartitionBlock(tuple(names), table)
         out = {}
-        for t in names:
-            cfg = {k: c["value"] for k, c in configs.get(t, {}).items()
-                   if c["source"] == DYNAMIC_TOPIC and c["value"] is not None}
-            tid = next((parts[k]["topic_id"] for k in ((t, 0), (t, -1)) if k in parts), None)
-            out[t] = TopicRecord(t, 3, _kafka_uuid(tid), MappingProxyType(cfg), block)
+        for t, tid in zip(names, parts.topic_ids, strict=True):
+            out[t] = TopicRecord(t, 3, _kafka_uuid(tid), MappingProxyType(dict(configs[t])), block)
         return out
 
 
@@ -326,11 +345,6 @@ def _kafka_uuid(value: str | None) -> str | None:
 
 def _same(a: tuple, b: tuple) -> bool:
     """Two reads of the volatile state agree (brokers and fencing, every partition's leader, epoch, ISR, ELR,
-    reassignments)."""
-    return a[0] == b[0] and a[2] == b[2] and {k: _state(v) for k, v in a[1].items()} == \
-        {k: _state(v) for k, v in b[1].items()}
-
-
-def _state(v: dict) -> tuple:
-    return (v.get("leader"), v.get("leader_epoch"), tuple(v.get("isr") or ()), tuple(v.get("replicas") or ()),
-            tuple(v.get("elr") or ()), tuple(v.get("last_known_elr") or ()))
+    reassignments): the partitions' answers byte for byte (the re-read returned the same sweep), or else
+    every partition's state compared (planner.kraft_dtp.Sweep.same_state)."""
+    return a[0] == b[0] and a[2] == b[2] and (a[1] is b[1] or a[1].same_state(b[1]))

@@ -96,6 +96,50 @@ def describe_topic_partitions(admin: Any, topics: Iterable[str] | None = None, p
         names = [t for t in names if t >= nxt.topic_name]
 
 
+def partition_sweep(admin: Any, previous: Any = None, page: int = DTP_PAGE) -> Any:
+    """Every partition through DescribeTopicPartitions (all topics, paged by its cursor), as columns
+    (planner.kraft_dtp.Sweep). With `previous` (an earlier sweep): the same requests are sent while the answers
+    are byte for byte those of `previous`, and `previous` itself is returned when every one is: the same
+    states, nothing decoded. Otherwise the answers are decoded into a new sweep."""
+    from planner import kraft_dtp
+
+    bodies: list[bytes] = []
+    cursor = None
+    same = previous is not None
+    while True:
+        body = send(admin, kraft_dtp.request([], page, cursor))
+        i = len(bodies)
+        bodies.append(body)
+        if same and i < len(previous.pages) and body[4:] == previous.pages[i]:
+            cursor = previous.cursors[i]
+        else:
+            same = False
+            cursor = kraft_dtp.cursor_of(body)
+        if cursor is None:
+            break
+    if same and len(bodies) == len(previous.pages):
+        return previous
+    return kraft_dtp.decode(bodies)
+
+
+def topic_overrides(admin: Any, names: Iterable[str], batch: int = 500
+                    ) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """Every topic's own config overrides (DescribeConfigs, ConfigSource TOPIC_CONFIG: what ZooKeeper's
+    /config/topics holds), read from the answers' bytes (planner.kraft_dtp.topic_overrides), and
+    {topic: error} for each topic Kafka answered with an error (never taken as "no overrides")."""
+    from planner import kraft_dtp
+
+    names = [str(n) for n in names]
+    out: dict[str, dict[str, str]] = {}
+    errors: dict[str, str] = {}
+    for i in range(0, len(names), batch):
+        version, body = send(admin, kraft_dtp.configs_request(names[i:i + batch]))
+        got, bad = kraft_dtp.topic_overrides(version, body)
+        out.update(got)
+        errors.update(bad)
+    return out, errors
+
+
 def metadata_partitions(admin: Any) -> dict[tuple[str, int], dict]:
     """Every partition from a Metadata answer (all topics), in describe_topic_partitions' form: what a broker in
     ZooKeeper mode can say (no ELR: `elr` and `last_known_elr` None)."""

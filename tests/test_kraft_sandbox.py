@@ -42,6 +42,7 @@ SEED = {"brokers": racks(4), "topics": [
 REPO = Path(__file__).resolve().parent.parent
 DRAIN, REBALANCE = "kafka_broker_drain", "kafka_nightly_rebalance"
 CONN = "kafka_kraft"
+SWEEPS: dict = {}   # planner.kraft_dtp sweeps kept between the tests below
 SESSION = 3   # broker.session.timeout.ms = 3 s: a killed broker is fenced 2-3 s after its last heartbeat
 
 
@@ -219,6 +220,7 @@ def test_seed_incident_kill_of_broker_1_what_kraft_does_to_the_rf1_partition(kra
                              drains=((1,),), modes=("failure",)), progress=lambda m: None)
     predicted = {(r["topic"], r["partition"]): (r["new_leader"], r["new_isr"], r["new_elr"], r["new_last_known_elr"])
                  for r in pq.read_table(tmp_path / "risk" / "partitions.parquet").to_pylist() if r["scenario_id"] == 0}
+    SWEEPS["before the kill"] = admin.partition_sweep()
     result = kraft.kill([1])
     # fenced only once broker.session.timeout.ms passed without a heartbeat (sent every second here)
     assert SESSION - 1.2 <= result["controller_reacted_s"] <= SESSION + 10
@@ -259,6 +261,23 @@ def test_start_brings_the_rf1_partition_back_from_its_elr(kraft, admin):
     assert got[("seed-rf1", 0)][:4] == (1, [1], [], [])
     assert got[("seed-wide", 0)][0] == 2 and sorted(got[("seed-wide", 0)][1]) == [1, 2, 3]
     assert got[("seed-wide", 0)][2:4] == ([], [])
+
+
+def test_the_column_reader_agrees_with_kafka_python_and_rereads_only_what_changed(kraft):
+    """planner.kraft_dtp reads real DescribeTopicPartitions answers as kafka-python's decoder does, field by field;
+    a re-read answered byte for byte alike is the same sweep (not decoded again); after the seed incident's kill
+    and start (leader epochs moved, the ELR came and went) a re-read against the sweep from before differs."""
+    a = ka.connect(kraft.bootstrap_servers)
+    try:
+        kraft.wait_settled(60)
+        now = ka.partition_sweep(a)
+        assert now.fast and now.as_dicts() == ka.describe_topic_partitions(a)
+        assert ka.partition_sweep(a, now) is now
+        before = SWEEPS["before the kill"]
+        again = ka.partition_sweep(a, before)
+        assert again is not before and not again.same_state(before) and again.same_state(now)
+    finally:
+        a.close()
 
 
 def test_kafka_4_reassign_tool_executes_our_plan_and_rollback_restores_it(kraft, admin, tmp_path):
