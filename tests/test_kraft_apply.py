@@ -309,7 +309,7 @@ def test_killed_mid_batch_and_resumed_loses_nothing_under_a_live_workload(kraft,
     from planner.sandbox.workload import Workload
 
     _big(kraft)
-    plan = snapshot_and_plan(kraft, tmp_path, "drain", "--brokers", "2", "--max-concurrent-per-broker", "1",
+    plan = snapshot_and_plan(kraft, tmp_path, "drain", "--brokers", "2", "--max-concurrent-per-broker", "8",
                              "--order", "largest-first")
     units = load_plan(plan).units
     with Workload(kraft, topics=["orders", "audit"], rate=100) as w:
