@@ -359,6 +359,8 @@ def test_a_second_writer_fences_the_first_whose_late_admin_writes_the_lease_boun
     b = Store(kraft.bootstrap_servers, lease=lease)
     try:
         a.open()
+        # fail at once, not after the whole lease, if an earlier test left the lock unreleased
+        assert a.not_before <= time.monotonic(), "an earlier test left __kplan's lock unreleased"
         a.transact({"lock": {"holder": {"command": "A"}, "heartbeat": time.time(), "released": False},
                     "test/a": {"batch": 1, "state": "intended"}})
         stalled_at = time.monotonic()

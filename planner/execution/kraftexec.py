@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 Result = ApplyOutcome
 REPORT_FORMAT = "kplan-verify/1"
 METADATA_LAG = 10.0      # seconds a broker's metadata may trail the controller's reassignment state (checked waits)
+GUARD_COMMITS = 3        # commits tried before an Admin write when a slow one left the lease expired (_guard)
 
 
 @dataclass
@@ -126,9 +127,14 @@ class KraftExecutor:
 
     def _guard(self) -> None:
         """Before every Admin write: a new holder's initial wait, a fresh commit when a third of the lease is gone,
-        then the lease itself."""
+        then the lease itself. The lease runs from a commit's start, so a commit slower than the lease (its
+        transaction coordinator's partition moving, as a drain of the coordinator's broker does) leaves it
+        expired: commit again, up to GUARD_COMMITS times, before the guard refuses (seen on real brokers: a
+        resumed drain's first commit took over its 4 s lease while __transaction_state partitions moved)."""
         self.store.wait_initial(self.stop_requested)
-        if not self.store.fresh():
+        for _ in range(GUARD_COMMITS):
+            if self.store.fresh():
+                break
             self._save()
         self.store.guard(self.stop_requested)
 

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 TOPIC = "__kplan"
 LOCK = "lock"
+INIT_WAIT = 60.0   # seconds initTransactions may block (open)
 
 
 def run_key(plan_hex: str) -> str:
@@ -201,8 +202,11 @@ class Store:
 
         self.ensure_topic()
         tid = self.transactional_id
+        # initTransactions waits while the coordinator aborts a dead holder's open transaction, whose markers go
+        # to partitions a drain may be moving under a throttle: 10 s timed out there (a resumed drain on real
+        # brokers), so it gets INIT_WAIT
         self._producer = KafkaProducer(bootstrap_servers=self.servers, transactional_id=tid, acks="all",
-                                       enable_idempotence=True, max_block_ms=int(max(self.timeout, 10) * 1000),
+                                       enable_idempotence=True, max_block_ms=int(max(self.timeout, INIT_WAIT) * 1000),
                                        transaction_timeout_ms=int(min(900.0, max(60.0, 3 * self.lease)) * 1000),
                                        **_client_config(self.security))
         self._producer.init_transactions()
