@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,13 +215,15 @@ class RawAnswer:
         return decode(buffer.read(), self.version)
 
 
-class _Header:
-    """The request's header, unchanged, except that it names RawAnswer as its response class."""
+class RawHeader:
+    """A request's header, unchanged, except that it names `answer(request version)` as its response class
+    (this module's RawAnswer; planner.kraft_dtp's for DescribeTopicPartitions)."""
 
-    __slots__ = ("_inner",)
+    __slots__ = ("_inner", "_answer")
 
-    def __init__(self, inner: Any):
+    def __init__(self, inner: Any, answer: Callable[[int], Any]):
         object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_answer", answer)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -228,8 +231,8 @@ class _Header:
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self._inner, name, value)
 
-    def get_response_class(self) -> RawAnswer:
-        return RawAnswer(self._inner.request_api_version)
+    def get_response_class(self) -> Any:
+        return self._answer(self._inner.request_api_version)
 
 
 def request() -> Any:
@@ -246,6 +249,6 @@ def _request_class() -> type:
 
         def with_header(self, correlation_id: int = 0, client_id: str = "kafka-python") -> None:
             super().with_header(correlation_id=correlation_id, client_id=client_id)
-            self._header = _Header(self._header)
+            self._header = RawHeader(self._header, RawAnswer)
 
     return RawDescribeLogDirsRequest

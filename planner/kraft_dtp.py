@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from planner.kafka_log_dirs import RawHeader
+
 LISTS = ("replicas", "isr", "elr", "last_known_elr", "offline_replicas")
 NULLABLE = (False, False, True, True, False)
 _HEAD = np.dtype([("error", ">i2"), ("partition", ">i4"), ("leader", ">i4"), ("leader_epoch", ">i4")])
@@ -378,24 +380,6 @@ class RawAnswer:
         return bytes(buffer.read())
 
 
-class _Header:
-    """The request's header, unchanged, except that it names RawAnswer as its response class."""
-
-    __slots__ = ("_inner",)
-
-    def __init__(self, inner: Any):
-        object.__setattr__(self, "_inner", inner)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._inner, name, value)
-
-    def get_response_class(self) -> RawAnswer:
-        return RawAnswer()
-
-
 def request(topics: list[str], limit: int, cursor: tuple[str, int] | None) -> Any:
     """A DescribeTopicPartitions request (all topics when `topics` is empty) whose answer comes back as bytes."""
     cls = _request_class()
@@ -412,7 +396,7 @@ def _request_class() -> type:
 
         def with_header(self, correlation_id: int = 0, client_id: str = "kafka-python") -> None:
             super().with_header(correlation_id=correlation_id, client_id=client_id)
-            self._header = _Header(self._header)
+            self._header = RawHeader(self._header, lambda _version: RawAnswer())
 
     return RawDescribeTopicPartitionsRequest
 
@@ -438,13 +422,6 @@ class ConfigsAnswer:
         return self.version, bytes(buffer.read())
 
 
-class _ConfigsHeader(_Header):
-    __slots__ = ()
-
-    def get_response_class(self) -> ConfigsAnswer:    # type: ignore[override]
-        return ConfigsAnswer(self._inner.request_api_version)
-
-
 def configs_request(topics: list[str]) -> Any:
     """DescribeConfigs of these topics, every key, no synonyms, no documentation; the answer comes back as bytes."""
     cls = _configs_request_class()
@@ -462,7 +439,7 @@ def _configs_request_class() -> type:
 
         def with_header(self, correlation_id: int = 0, client_id: str = "kafka-python") -> None:
             super().with_header(correlation_id=correlation_id, client_id=client_id)
-            self._header = _ConfigsHeader(self._header)
+            self._header = RawHeader(self._header, ConfigsAnswer)
 
     return RawDescribeConfigsRequest
 
