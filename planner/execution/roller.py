@@ -5,25 +5,18 @@ planner/execution/roll.py's docstring.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NoNodeError
-
-from planner import codec
-from planner import maintenance as mt
 from planner.errors import BadInput, NextStep, NotYourTurn, RollStopped, SafetyRefusal
 from planner.execution import election, preflight, rollgates
 from planner.execution import runstate as rs
-from planner.execution.clusterview import ClusterView, Key, retrying
-from planner.execution.executor import Executor, Options
-from planner.execution.lock import ApplyLock, holder
+from planner.execution.clusterview import Key
 from planner.execution.planview import Entry, Move, RunPlan, _build, from_plan
 from planner.execution.progress import write_json_atomic
+from planner.execution.rollcluster import Presence, RollCluster, Write, ZkRollCluster
 from planner.execution.rollrecord import (
     COMPLETED,
     DONE,
@@ -32,7 +25,6 @@ from planner.execution.rollrecord import (
     LEADERS,
     PAUSED,
     PROTECT,
-    ROLLS,
     RUNNING,
     STEPS,
     STOPPED,
@@ -48,8 +40,6 @@ from planner.execution.rollrecord import (
     roll_path,
 )
 from planner.execution.rollsteps import BrokerSteps
-from planner.execution.waiter import Waiter
-from planner.zkgate import NAMESPACE, Op, WriteGate
 
 log = logging.getLogger(__name__)
 
@@ -66,17 +56,17 @@ def undo_plan(plan: Any) -> RunPlan:
 
 
 class Roll(BrokerSteps):
-    def __init__(self, client: KazooClient, plan: Any, options: RollOptions | None = None,
+    def __init__(self, cluster: Any, plan: Any, options: RollOptions | None = None,
                  progress: Callable[[Any], None] | None = None):
+        """`cluster`: a RollCluster (planner.execution.rollcluster; the KRaft one is kraftroll.KraftRollCluster),
+        or a connected KazooClient (a ZooKeeper-mode cluster)."""
         if plan.kind != "restart":
             raise SafetyRefusal(f"plan {plan.id} is a {plan.kind} plan: a roll runs restart plans; apply it instead")
-        self.client = client
         self.plan = plan
         self.opts = options or RollOptions()
         self.callback = progress
-        self.gate = WriteGate(client)
-        self.view = ClusterView(client)
-        self.lock = ApplyLock(self.gate, "roll", plan.id)
+        self.cluster: RollCluster = cluster if hasattr(cluster, "backend") else ZkRollCluster(cluster, plan,
+                                                                                              self.opts.poll)
         roll = plan.section("roll")
         self.order = [int(b) for b in roll.get("order", ())]
         self.kafka_version = str(plan.parameters.get("kafka_version") or "3.7")
@@ -84,14 +74,12 @@ class Roll(BrokerSteps):
         self.path = roll_path(self.hex)
         self.accepted = set(plan.section("protection").get("unprotected", ()))
         self.record: dict[str, Any] | None = None
-        self.version = -1
         self.started = time.monotonic()
         self.warnings: list[str] = []
         self.resumed = False
-        self.waiter = Waiter(client, self.opts.poll)
 
     def _read(self, fn: Callable[[], Any]) -> Any:
-        return retrying(fn)
+        return self.cluster.read(fn)
 
     def warn(self, text: str) -> None:
         log.warning("%s", text)
@@ -108,37 +96,15 @@ class Roll(BrokerSteps):
             self.callback(p)
 
     def _load(self) -> dict[str, Any] | None:
-        try:
-            data, stat = self._read(lambda: self.client.get(self.path))
-        except NoNodeError:
-            return None
+        return self.cluster.load()
 
-        try:
-            doc = json.loads(data)
-        except ValueError:
-            raise SafetyRefusal(f"{self.path}: the roll record is not valid JSON; nothing was written") from None
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise SafetyRefusal(f"{self.path}: not a {FORMAT} roll record; nothing was written")
-        self.version = stat.version
-        return doc
-
-    def _save(self, extra: list[Op] | None = None) -> list[Any]:
+    def _save(self, extra: list[Write] | None = None) -> None:
+        """The record as it is now, with `extra` (the write its new state names: a reordering, an election, a
+        maintenance state) in one fenced transaction on ZooKeeper; committed before the write on KRaft."""
         rec = self.record
         assert rec is not None
         rec["updated_at"] = rs.now()
-        data = codec.dumps(rec)
-        if self.version < 0:
-            ops = [Op("create", p) for p in (NAMESPACE, ROLLS) if self._read(lambda p=p: self.client.exists(p)) is None]
-            ops.append(Op("create", self.path, data))
-        else:
-            ops = [Op("set", self.path, data, self.version)]
-        try:
-            results = self.gate.commit(ops + list(extra or ()))
-        except BadVersionError:
-            raise SafetyRefusal(f"{self.path} was changed by another process while this roll held the lock; "
-                                "stopping") from None
-        self.version = 0 if self.version < 0 else results[len(ops) - 1].version
-        return results
+        self.cluster.save(rec, list(extra or ()))
 
     def _event(self, text: str) -> None:
         hist = self.record.setdefault("history", [])
@@ -154,11 +120,11 @@ class Roll(BrokerSteps):
         if part not in (None, "protect", "step", "finish"):
             raise ValueError(part)
         try:
-            who = holder(self.client)
+            who = self.cluster.holder()
             if who and not self.opts.lock_wait:
-                raise SafetyRefusal(f"another kplan holds the lock {rs.LOCK_PATH}: {who}. Only one roll or apply may "
-                                    "write at a time; nothing was written")
-            self._read(lambda: preflight.check_cluster(self.client))
+                raise SafetyRefusal(f"another kplan holds the lock {self._lock_name()}: {who}. Only one roll or apply "
+                                    "may write at a time; nothing was written")
+            self.cluster.check_cluster()
             rec = self._load()
             if rec is not None and rec.get("state") == COMPLETED:
                 return self._result(rec, "already-completed", f"the roll of plan {self.plan.id} was already completed "
@@ -170,10 +136,10 @@ class Roll(BrokerSteps):
                 self._refuse_fresh()
             elif part == "step":
                 self._check_turn(rec, step)
-            self.lock.acquire(self.opts.lock_wait)
+            self.cluster.acquire(self.opts.lock_wait)
             return self._run(part, step)
         finally:
-            self.lock.release()
+            self.cluster.release()
 
     def _check_turn(self, rec: dict[str, Any], i: int | None) -> None:
         if i is None or not 0 <= i < len(self.order):
@@ -202,10 +168,10 @@ class Roll(BrokerSteps):
         if state not in (PAUSED, RUNNING, STOPPED):
             raise BadInput(f"a roll can be marked paused, running or stopped, not {state!r}")
         try:
-            who = holder(self.client)
+            who = self.cluster.holder()
             if who and not self.opts.lock_wait:
-                raise SafetyRefusal(f"another kplan holds the lock {rs.LOCK_PATH}: {who}; try again")
-            self.lock.acquire(self.opts.lock_wait)
+                raise SafetyRefusal(f"another kplan holds the lock {self._lock_name()}: {who}; try again")
+            self.cluster.acquire(self.opts.lock_wait)
             rec = self._load()
             if rec is None:
                 raise SafetyRefusal(f"no roll of plan {self.plan.id} is recorded on this cluster")
@@ -219,28 +185,30 @@ class Roll(BrokerSteps):
             return self._result(rec, state, f"the roll of plan {self.plan.id} is {state}" + (f": {reason}" if reason
                                                                                               else ""))
         finally:
-            self.lock.release()
+            self.cluster.release()
+
+    def _lock_name(self) -> str:
+        return rs.LOCK_PATH if self.cluster.backend == "zookeeper" else "(the __kplan fence)"
 
     def _refuse_fresh(self) -> None:
         """A first run: every check that can refuse, before the first write."""
-        z = self._read(self.view.reassignment)
-        if z.exists:
-            raise SafetyRefusal(preflight.describe_foreign(z) + "; a roll starts only when no reassignment is in "
-                                "flight (nothing was written)")
-        live = self._read(self.view.live_brokers)
+        foreign = self.cluster.foreign_reassignment()
+        if foreign:
+            raise SafetyRefusal(foreign + "; a roll starts only when no reassignment is in flight (nothing was "
+                                "written)")
+        live = self.cluster.live_brokers()
         missing = [b for b in self.order if b not in live]
         if missing:
             raise SafetyRefusal(f"broker(s) {missing} of the roll are not registered in /brokers/ids: a roll restarts "
                                 "running brokers; start them first (nothing was written)")
-        states = self._read(lambda: mt.read_all(self.client))
+        states = self.cluster.maintenance()
         held = [states.get(b) for b in self.order if states.get(b) is not None]
         if held:
             raise SafetyRefusal("a roll restarts brokers in service: " + "; ".join(e.describe() for e in held)
                                 + " (nothing was written)",
                                 next_steps=(NextStep("brokers", "shows every state"),))
         if self.plan.moves:
-            run = self._read(lambda: rs.load(self.client, self.hex))
-            self._read(lambda: preflight.check(self.client, self.view, from_plan(self.plan), run))
+            self.cluster.check_protect(from_plan(self.plan))
 
     def _begin(self) -> dict[str, Any]:
         rec = self._load()
@@ -348,7 +316,7 @@ class Roll(BrokerSteps):
                             f"with {what}")
 
     def _fail(self, error: BaseException) -> None:
-        if self.record is None or not self.lock.held:
+        if self.record is None or not self.cluster.held:
             return
         try:
             move_state(self.record, FAILED)
@@ -369,15 +337,13 @@ class Roll(BrokerSteps):
                           round(time.monotonic() - self.started, 3), broker, czxid)
 
     def _executor(self, run_plan: RunPlan, what: str) -> None:
-        opts = Options(throttle=self.opts.throttle if what == "protect" else None, poll=self.opts.poll,
-                       stop=self.opts.stop)
         relay = None
         if self.callback is not None:
             def relay(p: Any) -> None:
                 self.callback(RollProgress("roll", f"{what}: {p.message}", p.done, p.total, what, None, p.state,
                                            rs.now()))
-        ex = Executor(self.client, run_plan, opts, relay, "roll", lock=self.lock)
-        result = ex.apply()
+        result = self.cluster.execute(run_plan, self.opts.throttle if what == "protect" else None, self.opts.poll,
+                                      self.opts.stop, relay)
         self.warnings += [w for w in result.warnings if w not in self.warnings]
         if result.state == "interrupted":   # the executor stopped between batches and recorded its run as stopped
             raise StopRequested("its temporary replicas" if what == "protect" else "the undo of its temporary replicas")
@@ -400,14 +366,14 @@ class Roll(BrokerSteps):
     def _final_leaders(self) -> None:
         """Preferred leaders as before: elect `replicas[0]` wherever it is not the leader but could be."""
         keys = self._roll_keys()
-        statuses = self._read(lambda: self.view.partitions(keys))
-        live = self._read(self.view.live_brokers)
+        statuses = self.cluster.partitions(keys)
+        live = self.cluster.live_brokers()
         led = [k for k, s in statuses.items() if s.replicas]
         want = election.electable(statuses, live, {k: statuses[k].replicas[0] for k in led}, led).ok
         if want:
             self.say(f"leaders: preferred election for {len(want)} partitions")
             self._elect(want, "final")
-        statuses = self._read(lambda: self.view.partitions(keys))
+        statuses = self.cluster.partitions(keys)
         off = [f"{rollgates.name(k)} (leader {s.leader}, preferred {s.replicas[0]}, ISR {list(s.isr)})"
                for k, s in statuses.items() if s.replicas and s.leader != s.replicas[0]]
         if off:
@@ -415,16 +381,7 @@ class Roll(BrokerSteps):
                       f"their ISR): {preflight.listing(off)}")
 
     def _all_keys(self) -> dict[Key, tuple[int, ...]]:
-        try:
-            topics = self._read(lambda: self.client.get_children(codec.TOPICS))
-        except NoNodeError:
-            return {}
-        out: dict[Key, tuple[int, ...]] = {}
-        for t, ta in self._read(lambda: self.view.topics(topics)).items():
-            if isinstance(ta, codec.TopicAssignment):
-                for p, reps in ta.partitions.items():
-                    out[(t, p)] = tuple(reps)
-        return out
+        return self.cluster.assignments()
 
     def _hosted(self, broker: int) -> list[Key]:
         return sorted(k for k, reps in self._all_keys().items() if broker in reps)
@@ -438,9 +395,9 @@ class Roll(BrokerSteps):
     def _health(self) -> tuple[set[str], set[str]]:
         """(offline, under min ISR) partitions of the whole cluster, by name."""
         keys = list(self._all_keys())
-        statuses = self._read(lambda: self.view.partitions(keys))
-        live = self._read(self.view.live_brokers)
-        mins = self._read(lambda: rollgates.min_isr(self.view, {k[0] for k in keys}))
+        statuses = self.cluster.partitions(keys)
+        live = self.cluster.live_brokers()
+        mins = self.cluster.min_isr({k[0] for k in keys})
         off, under = rollgates.unhealthy(statuses, live, mins, self.kafka_version)
         return {rollgates.name(k) for k in off}, {rollgates.name(k) for k in under}
 
@@ -451,5 +408,5 @@ class Roll(BrokerSteps):
                       f"{preflight.listing(sorted(off | under))}; the roll's gates only refuse new ones")
         return {"offline": sorted(off)[:20_000], "under_min_isr": sorted(under)[:20_000]}
 
-    def _registration(self, broker: int, watch: bool = False) -> Any:
-        return self._read(lambda: self.client.exists(codec.broker_path(broker), watch=self.waiter.wake if watch else None))
+    def _registration(self, broker: int, watch: bool = False) -> Presence:
+        return self.cluster.presence(broker, watch)

@@ -8,15 +8,16 @@ is saved in the transaction that makes the write it names.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
-from planner import codec
 from planner import maintenance as mt
 from planner.errors import NotConverged, SafetyRefusal
-from planner.execution import election, preflight, rollgates
+from planner.execution import preflight, rollgates
 from planner.execution import runstate as rs
-from planner.execution.clusterview import ClusterView, Key
+from planner.execution.clusterview import Key
+from planner.execution.rollcluster import Elect, Presence, Reorder, RollCluster, Write
 from planner.execution.rollrecord import (
     BACK,
     DEMOTED,
@@ -31,8 +32,6 @@ from planner.execution.rollrecord import (
     Waiting,
     move_step,
 )
-from planner.execution.waiter import Waiter
-from planner.zkgate import Op
 
 log = logging.getLogger(__name__)
 
@@ -41,46 +40,43 @@ class BrokerSteps:
     """The per-broker part of planner.execution.roller.Roll (a mixin: it uses the roll's record, reads and saves)."""
 
     plan: Any
-    client: Any
+    cluster: RollCluster
     opts: RollOptions
-    view: ClusterView
-    waiter: Waiter
     order: list[int]
     accepted: set[str]
     kafka_version: str
     record: dict[str, Any] | None
 
     def _read(self, fn: Any) -> Any: ...
-    def _save(self, extra: list[Op] | None = None) -> list[Any]: ...
+    def _save(self, extra: list[Write] | None = None) -> None: ...
     def _event(self, text: str) -> None: ...
     def warn(self, text: str) -> None: ...
     def say(self, message: str, broker: int | None = None, state: str = "") -> None: ...
     def _hosted(self, broker: int) -> list[Key]: ...
     def _health(self) -> tuple[set[str], set[str]]: ...
-    def _registration(self, broker: int, watch: bool = False) -> Any: ...
+    def _registration(self, broker: int, watch: bool = False) -> Presence: ...
 
-    def _await_absent(self, path: str, timeout: float, what: str) -> None:
-        limit = time.monotonic() + timeout
-        while self.waiter.arm(path) is not None:
-            if time.monotonic() > limit:
-                raise NotConverged(f"{path} has existed for {timeout:.0f} s ({what}); the roll stopped. Run it again "
-                                   "once the controller has processed it")
-            self.waiter.sleep()
+    def _await_absent(self, kind: str, timeout: float, what: str) -> None:
+        """Until the controller took the last request of `kind` ("reassign" / "election"; ZooKeeper's admin znode
+        gone; nothing to wait for on KRaft, where the Admin API answers once the controller has it)."""
+        if not self.cluster.settled(kind, timeout):
+            raise NotConverged(f"the controller has not taken the {kind} request for {timeout:.0f} s ({what}); the "
+                               "roll stopped. Run it again once the controller has processed it")
 
     def _submit_reorder(self, entries: list[tuple[Key, tuple[int, ...]]], state: str) -> None:
-        """Record `state` and create /admin/reassign_partitions with the lists, in one fenced transaction."""
-        self._await_absent(codec.REASSIGN, self.opts.election_timeout, "a reassignment by someone else")
-        data = codec.encode_reassignment([codec.ReassignEntry(k[0], k[1], reps) for k, reps in entries])
+        """Record `state` and write the reordered lists (ZooKeeper: /admin/reassign_partitions in the same
+        fenced transaction; KRaft: AlterPartitionReassignments once the state is committed)."""
+        self._await_absent("reassign", self.opts.election_timeout, "a reassignment by someone else")
         self._event(f"{state}: {len(entries)} lists reordered")
-        self._save([Op("create", codec.REASSIGN, data)])
+        self._save([Reorder(tuple(entries))])
 
     def _wait_lists(self, entries: list[tuple[Key, tuple[int, ...]]], what: str) -> None:
         limit = time.monotonic() + max(self.opts.election_timeout, 30.0)
         keys = [k for k, _ in entries]
         want = dict(entries)
         while True:
-            self.waiter.arm(codec.REASSIGN)
-            statuses = self._read(lambda: self.view.partitions(keys, states=False))
+            self.cluster.arm()
+            statuses = self.cluster.partitions(keys, states=False)
             off = [k for k in keys if statuses[k].reassigning or statuses[k].replicas != want[k]]
             if not off:
                 return
@@ -88,22 +84,23 @@ class BrokerSteps:
                 raise NotConverged(f"{what}: {len(off)} reordered lists not in place after "
                                    f"{max(self.opts.election_timeout, 30.0):.0f} s: "
                                    f"{preflight.listing([rollgates.name(k) for k in off])}")
-            self.waiter.sleep()
+            self.cluster.sleep()
 
     def _elect(self, keys: list[Key], what: str, state: str | None = None, step: dict | None = None) -> None:
         for j in range(0, len(keys), ELECTION_CHUNK):
             chunk = keys[j: j + ELECTION_CHUNK]
-            self._await_absent(codec.PREFERRED_ELECTION, self.opts.election_timeout, "an election by someone else")
+            self._await_absent("election", self.opts.election_timeout, "an election by someone else")
             if step is not None and state is not None:
                 move_step(step, state)
             self._event(f"{what}: preferred election for {len(chunk)} partitions")
-            self._save([Op("create", codec.PREFERRED_ELECTION, election.request(chunk))])
-            self._await_absent(codec.PREFERRED_ELECTION, self.opts.election_timeout, f"{what}: the election")
+            self._save([Elect(tuple(chunk))])
+            self._await_absent("election", self.opts.election_timeout, f"{what}: the election")
 
     def _step(self, i: int) -> None:
         st = self.record["steps"][i]
         b = st["broker"]
         n = f"step {i + 1}/{len(self.order)} (broker {b})"
+        self._resend(st)
         if st["state"] == "pending":
             self._demote(st, n)
         if st["state"] == "demoting":
@@ -114,7 +111,7 @@ class BrokerSteps:
             move_step(st, DEMOTED)
             self._save()
         if st["state"] == "electing":
-            self._await_absent(codec.PREFERRED_ELECTION, self.opts.election_timeout, f"{n}: the election")
+            self._await_absent("election", self.opts.election_timeout, f"{n}: the election")
             move_step(st, DEMOTED)
             self._save()
         if st["state"] == "demoted":
@@ -127,19 +124,36 @@ class BrokerSteps:
             self._wait_lists([((t, p), tuple(old)) for t, p, old, _new in st["demote"]], f"{n} restore")
             self._restore_leaders(st, n)
         if st["state"] == "restore-electing":
-            self._await_absent(codec.PREFERRED_ELECTION, self.opts.election_timeout, f"{n}: the election")
-            self._restore_leaders(st, n, elected=True)
+            self._await_absent("election", self.opts.election_timeout, f"{n}: the election")
+            self._restore_leaders(st, n, elected=not self.cluster.resends)
+
+    def _resend(self, st: dict[str, Any]) -> None:
+        """A step found in a state whose write follows its commit (KRaft: the record first, then the Admin call;
+        a kplan killed in between never sent it): the same write again, which changes nothing if it was sent
+        (rollcluster's docstring). Nothing on ZooKeeper, where the write and its state are one transaction."""
+        if not self.cluster.resends:
+            return
+        if st["state"] == DEMOTING and st.get("demote"):
+            self.cluster.resend([Reorder(tuple(((t, p), tuple(new)) for t, p, _old, new in st["demote"]))])
+        elif st["state"] == ELECTING and st.get("elect"):
+            self.cluster.resend([Elect(tuple((t, p) for t, p in st["elect"]))])
+        elif st["state"] == RESTORING and st.get("demote"):
+            keys = [(t, p) for t, p, _o, _n in st["demote"]]
+            now = self.cluster.partitions(keys, states=False)
+            todo = tuple(((t, p), tuple(old)) for t, p, old, new in st["demote"] if now[(t, p)].replicas == tuple(new))
+            if todo:
+                self.cluster.resend([Reorder(todo)])
 
     def _demote(self, st: dict[str, Any], n: str) -> None:
         b = st["broker"]
         self._maintenance_ops(b, mt.RESTARTING)   # refuses (writing nothing) a broker someone put in maintenance
-        live = self._read(self.view.live_brokers)
+        live = self.cluster.live_brokers()
         if b not in live:
             raise SafetyRefusal(f"{n}: broker {b} is not registered; the roll restarts running brokers and stopped "
                                 f"before touching it. Start broker {b}, then run the roll again")
         keys = self._hosted(b)
-        statuses = self._read(lambda: self.view.partitions(keys))
-        mins = self._read(lambda: rollgates.min_isr(self.view, {k[0] for k in keys}))
+        statuses = self.cluster.partitions(keys)
+        mins = self.cluster.min_isr({k[0] for k in keys})
         hurt = {k: v for k, v in rollgates.would_hurt(statuses, b, live, mins, self.kafka_version).items()
                 if rollgates.name(k) not in self.accepted}
         if hurt:
@@ -147,13 +161,13 @@ class BrokerSteps:
                                 f"or under min ISR without it: {preflight.listing(sorted(hurt.values()))}. The roll "
                                 f"stopped before touching broker {b}. Wait for their ISRs to recover (or take a new "
                                 "snapshot and plan again), then run the roll again")
-        held = self._read(lambda: mt.read_all(self.client)).brokers()
+        held = self.cluster.maintenance().brokers()
         d = rollgates.demotion(statuses, b, live, avoid=held)
         if d.to_avoided:
             self.warn(f"{n}: the leadership of {len(d.to_avoided)} partitions moves to a broker in maintenance (no "
                       f"other registered in-sync replica): {preflight.listing([rollgates.name(k) for k in d.to_avoided])}")
         reg = self._registration(b)
-        st.update({"czxid": reg.czxid if reg is not None else None, "started_at": rs.now(),
+        st.update({"czxid": reg.token, "started_at": rs.now(),
                    "isr_before": {rollgates.name(k): list(s.isr) for k, s in statuses.items() if b in s.isr},
                    "demote": [[k[0], k[1], list(old), list(new)] for k, (old, new) in sorted(d.reorder.items())],
                    "elect": [[k[0], k[1]] for k in d.elect],
@@ -173,14 +187,14 @@ class BrokerSteps:
     def _check_demoted(self, st: dict[str, Any], n: str) -> None:
         b = st["broker"]
         keys = self._hosted(b)
-        statuses = self._read(lambda: self.view.partitions(keys))
+        statuses = self.cluster.partitions(keys)
         still = sorted(rollgates.name(k) for k, s in statuses.items() if s.leader == b)
         unexpected = [x for x in still if x not in st.get("cannot_move", ())]
         if unexpected:
             self.warn(f"{n}: broker {b} still leads {len(unexpected)} partitions after its demotion (the election did "
                       f"not move them): {preflight.listing(unexpected)}; its controlled shutdown moves them")
         reg = self._registration(b)
-        if reg is None or reg.czxid != st["czxid"]:
+        if not reg.up or reg.token != st["czxid"]:
             self.warn(f"{n}: broker {b}'s registration changed before the roll asked for its restart")
         move_step(st, RESTARTING)
         st["restart_at"] = rs.now()
@@ -190,7 +204,7 @@ class BrokerSteps:
             st["command_run"] = rs.now()
             self._save()
             self.say(f"{n}: restarting broker {b}", b, "restarting")
-            self.opts.restart(b)
+            self._run_restart(st)
         else:
             self.say(f"{n}: broker {b} may restart now (its leadership is moved off); waiting for it to leave and "
                      f"register again (up to {self.opts.restart_timeout:.0f} s)", b, "restarting")
@@ -200,10 +214,10 @@ class BrokerSteps:
         limit = float(st.get("restart_at") or rs.now()) + self.opts.restart_timeout
         while True:
             reg = self._registration(b, watch=True)
-            if reg is None and not st.get("left_at"):
+            if not st.get("left_at") and self._left(st, reg):
                 st["left_at"] = rs.now()
-                self.say(f"{n}: broker {b} left /brokers/ids", b, "restarting")
-            elif reg is not None and reg.czxid != st["czxid"]:
+                self.say(f"{n}: broker {b} left ({self._where_left()})", b, "restarting")
+            elif reg.up and (reg.token != st["czxid"] if reg.token is not None else bool(st.get("left_at"))):
                 st["back_at"] = rs.now()
                 st["left_at"] = st.get("left_at") or st["back_at"]
                 move_step(st, BACK)
@@ -224,7 +238,7 @@ class BrokerSteps:
                             "is unchanged). Its leadership is moved off, so restarting it now is safe; then run the "
                             "roll again")
                 raise NotConverged(f"{n}: {what}")
-            self.waiter.sleep()
+            self.cluster.sleep()
 
     def _gates(self, st: dict[str, Any], n: str) -> None:
         b = st["broker"]
@@ -232,9 +246,9 @@ class BrokerSteps:
         base = self.record.get("baseline", {})
         base_off, base_under = set(base.get("offline", ())), set(base.get("under_min_isr", ()))
         while True:
-            live = self._read(self.view.live_brokers)
+            live = self.cluster.live_brokers()
             keys = self._hosted(b)
-            statuses = self._read(lambda keys=keys: self.view.partitions(keys))
+            statuses = self.cluster.partitions(keys)
             problems = []
             if b not in live:
                 problems.append(f"broker {b} is not registered")
@@ -256,10 +270,10 @@ class BrokerSteps:
                                    + "; ".join(problems) + f". The roll stopped before restoring broker {b}'s "
                                    "leadership and before the next broker (the temporary replicas stay). Run the roll "
                                    "again to keep waiting, or look at broker " + str(b) + "'s log")
-            self.waiter.sleep()
+            self.cluster.sleep()
         self.say(f"{n}: gates passed (registered, back in every ISR, nothing offline or under min ISR)", b, "restoring")
         back = [((t, p), tuple(old)) for t, p, old, new in st.get("demote", ())]
-        statuses = self._read(lambda: self.view.partitions([k for k, _ in back], states=False)) if back else {}
+        statuses = self.cluster.partitions([k for k, _ in back], states=False) if back else {}
         todo = [(k, old) for (k, old), (_t, _p, _o, new) in zip(back, st["demote"], strict=True)
                 if statuses[k].replicas == tuple(new)]
         moved = [rollgates.name(k) for (k, old), (_t, _p, _o, new) in zip(back, st["demote"], strict=True)
@@ -281,7 +295,7 @@ class BrokerSteps:
         limit = time.monotonic() + self.opts.gate_timeout
         keys = self._hosted(b)
         if not elected:
-            statuses = self._read(lambda: self.view.partitions(keys))
+            statuses = self.cluster.partitions(keys)
             want = [k for k, s in statuses.items() if s.replicas and s.replicas[0] == b and s.leader != b
                     and b in s.isr]
             if want:
@@ -289,7 +303,7 @@ class BrokerSteps:
         led = set(st.get("led_before", ()))
         retried = False
         while True:
-            statuses = self._read(lambda: self.view.partitions(keys))
+            statuses = self.cluster.partitions(keys)
             off = [x for x in rollgates.not_led(statuses, b) if x.rsplit(" (", 1)[0] in led]
             if not off:
                 break
@@ -303,7 +317,7 @@ class BrokerSteps:
                 if again:
                     self._elect(again, f"{n} restore (again)")
                     continue
-            self.waiter.sleep()
+            self.cluster.sleep()
         for key in ("isr_before", "demote", "elect", "led_before"):
             st.pop(key, None)
         move_step(st, STEP_DONE)
@@ -312,14 +326,59 @@ class BrokerSteps:
         self._save(self._maintenance_ops(b, None))
         self.say(f"{n}: broker {b} restarted, leadership restored", b, "done")
 
-    def _maintenance_ops(self, broker: int, state: str | None) -> list[Op]:
+    def _maintenance_ops(self, broker: int, state: str | None) -> list[Write]:
         """The writes that put `broker` into maintenance state `restarting` while it restarts, or take it out
         after (planner/maintenance.py's table: only this roll's plan may), for the roll's own transactions."""
-        states = self._read(lambda: mt.read_all(self.client))
+        states = self.cluster.maintenance()
         i = self.order.index(broker) + 1
         why = f"restart roll of brokers {','.join(map(str, self.order))}: step {i}/{len(self.order)}"
-        return mt.set_ops(states, [broker], mt.RESTART, state, plan_id=self.plan.id, run=self.opts.run,
-                          reason=f"{self.opts.reason} ({why})" if self.opts.reason else why, by=mt.identity("roll"))
+        return self.cluster.maintenance_writes(states, broker, state, plan_id=self.plan.id, run=self.opts.run,
+                                               reason=f"{self.opts.reason} ({why})" if self.opts.reason else why,
+                                               by=mt.identity("roll"))
+
+    def _left(self, st: dict[str, Any], reg: Presence) -> bool:
+        """Has the broker left since its step recorded it? ZooKeeper: its registration znode gone or replaced.
+        KRaft (no registration epoch in the Admin API): fenced or gone from DescribeCluster (the controller fences
+        a broker at the end of its controlled shutdown, and one whose heartbeats stop:
+        ReplicationControlManager.processBrokerHeartbeat SHUTDOWN_NOW / maybeFenceOneStaleBroker ->
+        handleBrokerFenced), or, once this roll ran the restart, out of an ISR it was in (a controlled shutdown
+        takes it out of every ISR first: handleBrokerInControlledShutdown)."""
+        if not reg.up or (reg.token is not None and reg.token != st["czxid"]):
+            return True
+        if reg.token is not None or not st.get("command_run"):
+            return False
+        before = [(t, int(p)) for t, p in (x.rsplit("-", 1) for x, isr in st.get("isr_before", {}).items()
+                                           if st["broker"] in isr)]
+        now = self.cluster.partitions(before) if before else {}
+        return any(s.replicas is not None and st["broker"] not in s.isr for s in now.values())
+
+    def _where_left(self) -> str:
+        return "/brokers/ids" if self.cluster.backend == "zookeeper" else "fenced, or out of its ISRs"
+
+    def _run_restart(self, st: dict[str, Any]) -> None:
+        """The restart callable (the operator's command, or an embedder's), watched while it runs: a command that
+        returns only once the broker is back would otherwise hide its leaving where the backend keeps no trace of
+        it (KRaft). Its error, if any, is raised here."""
+        b = st["broker"]
+        restart = self.opts.restart
+        assert restart is not None
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                restart(b)
+            except BaseException as e:  # noqa: BLE001 - raised again in the roll's thread
+                failed.append(e)
+
+        th = threading.Thread(target=run, name=f"kplan-restart-{b}", daemon=True)
+        th.start()
+        while th.is_alive():
+            if not st.get("left_at") and self._left(st, self._registration(b)):
+                st["left_at"] = rs.now()
+                log.info("broker %d left while its restart ran", b)
+            th.join(self.opts.poll)
+        if failed:
+            raise failed[0]
 
 
 def _hms(t: Any) -> str:
