@@ -305,13 +305,10 @@ def _exec_progress(step: str, progress: ProgressFn | None) -> Callable[[Any], No
 
 def refuse_kraft_write(plan: Any, step: str, bootstrap: str | None = None) -> None:
     """The plan's backend (plan.json's snapshot.backend) and the cluster the request names must agree: a plan made
-    from a KRaft snapshot is applied, verified and cancelled through the cluster's bootstrap servers (the Admin
-    API, docs/KRAFT.md), a ZooKeeper one through ZooKeeper; a roll on KRaft is not implemented. BadInput (exit 2)
-    before anything is read from or written to a cluster."""
+    from a KRaft snapshot is applied, verified, cancelled and rolled through the cluster's bootstrap servers (the
+    Admin API, docs/KRAFT.md), a ZooKeeper one through ZooKeeper. BadInput (exit 2) before anything is read from or
+    written to a cluster."""
     backend = (plan.snapshot or {}).get("backend", "zookeeper")
-    if backend != "zookeeper" and step == "roll":
-        raise BadInput(f"plan {plan.id[:19]} was made from a KRaft snapshot: roll on KRaft is not implemented (apply, "
-                       "verify and cancel are: docs/KRAFT.md); nothing was written")
     if backend != "zookeeper" and bootstrap is None:
         raise BadInput(f"plan {plan.id[:19]} was made from a KRaft snapshot: {step} on KRaft needs the Admin API writer, "
                        "through the cluster's bootstrap servers (not a ZooKeeper connect string); nothing was written")
@@ -463,7 +460,7 @@ def roll(req: RollRequest, *, progress: ProgressFn | None = None, restart: Calla
         if progress is not None:
             progress(Progress("roll", p.message, p.done, p.total, p.as_dict()))
 
-    refuse_kraft_write(read_plan(req.plan), "roll")
+    refuse_kraft_write(read_plan(req.plan), "roll", req.bootstrap)
     r = roll_step(req, progress=relay, restart=restart, mark=(mark, reason) if mark is not None else None)
     return RollOutcome(roll_folder(req.plan, req.out), r.plan_id, r.state, r.steps_done, r.steps_total, r.message,
                        tuple(r.warnings), tuple(r.cannot_move), r.kept_temporary, r.resumed, r.seconds, r.broker,

@@ -382,7 +382,7 @@ class ClearOutcome:
 # ------------------------------------------------------------------------------------------------------- roll
 @dataclass(frozen=True)
 class RollRequest:
-    zk: str
+    zk: str | None                            # ZooKeeper connect string; None with `bootstrap` (KRaft)
     plan: Path                                # a restart plan folder (kplan plan restart)
     out: Path | None = None                   # roll/ folder: progress.json, outcome.json (default <run>/roll)
     auth: tuple[str, str] | None = field(default=None, repr=False)
@@ -407,6 +407,12 @@ class RollRequest:
     # Set from another thread or a signal handler (the CLI's Ctrl-C / SIGTERM) to stop: the broker in flight
     # finishes its step (gates passed, leadership restored), the roll is recorded as stopped (state "interrupted").
     stop: threading.Event | None = field(default=None, repr=False, compare=False)
+    # A KRaft cluster (instead of `zk`), as ApplyRequest's: bootstrap servers (the Admin API only), `kafka` the
+    # security settings (never logged), `kafka_timeout`, `lease` the one-writer fence's lease (docs/KRAFT.md)
+    bootstrap: str | None = None
+    kafka: KafkaSecurity | None = field(default=None, repr=False)
+    kafka_timeout: float = 10.0
+    lease: float = 30.0
 
 
 @dataclass(frozen=True)

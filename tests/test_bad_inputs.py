@@ -214,6 +214,18 @@ def _empty_chroot(c: Ctx) -> str:
     return "/empty"
 
 
+def _kraft_restart_plan(c: Ctx) -> Path:
+    """A restart plan made by `kplan plan restart` from a snapshot whose manifest says it was read from KRaft."""
+    s = risk.snapshot_from_cluster(parse_cluster(SEED))
+    manifest = {**s.manifest, "maintenance": [], "source": {"backend": "kraft", "bootstrap_servers": "127.0.0.1:9",
+                                                             "metadata_version": "4.1-IV1", "features": {}}}
+    snap = sio.write_snapshot(c.tmp / "krsnap", manifest, s.brokers, s.topics, s.partitions)
+    assert cli.main(["plan", "restart", "--snapshot", str(snap), "--brokers", "1", "--out", str(c.tmp / "krplan"),
+                     "--quiet"]) == 0
+    assert json.loads((c.tmp / "krplan" / "plan.json").read_text())["snapshot"]["backend"] == "kraft"
+    return c.tmp / "krplan"
+
+
 def _restart_plan(c: Ctx, brokers: str = "1", desc: dict | None = None) -> Path:
     snap = c.snapshot("rsnap", desc)
     assert cli.main(["plan", "restart", "--snapshot", str(snap), "--brokers", brokers, "--out",
@@ -539,8 +551,15 @@ CASES = [
     Case("apply-kraft-lease-not-positive", lambda c: ["apply", "--bootstrap-server", "127.0.0.1:2", "--plan",
                                                       str(_kraft_plan(c)), "--no-throttle", "--lease", "0"],
          2, "the lease must be a positive number of seconds"),
-    Case("roll-a-kraft-plan", lambda c: ["roll", "--zk", "127.0.0.1:1", "--plan", str(_kraft_plan(c)),
-                                         "--no-throttle"], 2, "roll on KRaft is not implemented"),
+    Case("roll-a-kraft-plan-through-zookeeper", lambda c: ["roll", "--zk", "127.0.0.1:1", "--plan",
+                                                           str(_kraft_restart_plan(c)), "--no-throttle"],
+         2, "was made from a KRaft snapshot: roll on KRaft needs the Admin API writer, through the cluster's bootstrap servers"),
+    Case("roll-a-zookeeper-plan-through-bootstrap", lambda c: ["roll", "--bootstrap-server", "127.0.0.1:1", "--plan",
+                                                               str(_restart_plan(c)), "--throttle", "50MB"],
+         2, "was made from a ZooKeeper snapshot: roll it through its ZooKeeper connect string"),
+    Case("roll-kraft-lease-not-positive", lambda c: ["roll", "--bootstrap-server", "127.0.0.1:2", "--plan",
+                                                     str(_kraft_restart_plan(c)), "--throttle", "50MB", "--lease", "0"],
+         2, "the lease must be a positive number of seconds"),
     Case("apply-copy-with-no-rate", lambda c: ["apply", "--zk", "127.0.0.1:1", "--plan",
                                                str(c.plan(c.snapshot(), [ReassignEntry("payments", 0, (2,))]))],
          2, "1 data batches of plan sha256:"),

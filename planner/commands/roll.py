@@ -1,4 +1,4 @@
-"""`kplan roll --zk … --plan P`: carry out a restart plan, one broker at a time (docs/APPLY.md "Restart
+"""`kplan roll --zk … --plan P` (or `--bootstrap-server …` on KRaft): carry out a restart plan, one broker at a time (docs/APPLY.md "Restart
 rolls"). Locked like apply and resumable: run it again after a pause, a failed gate or an interruption and it
 continues where it stopped. Exit 0 done (or paused, or already done), 1 a gate failed or refused for safety
 (it says what to do next), 2 bad input, 130 / 143 stopped by Ctrl-C / SIGTERM (once the broker in flight is
@@ -10,7 +10,7 @@ import argparse
 import sys
 import threading
 
-from planner.commands._zkargs import add_zk, rate
+from planner.commands._zkargs import add_zk, cluster, rate
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "(the restart command, or whoever restarts it), wait until it is registered again and back in "
                        "every ISR with nothing offline or under min ISR, restore its leadership; after the last one "
                        "remove the temporary replicas and restore the preferred leaders.")
-    add_zk(p)
+    add_zk(p, kraft=True)
     p.add_argument("--plan", required=True, metavar="P", help="restart plan folder (kplan plan restart --out P)")
     p.add_argument("--restart-command", metavar="TEMPLATE",
                    help="command that restarts one broker, e.g. 'ssh kafka-{broker} sudo systemctl restart kafka' "
@@ -55,7 +55,6 @@ def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from planner import api
-    from planner import zk as zkmod
 
     def progress(p: api.Progress) -> None:
         print(f"kplan roll: {p.message}", file=sys.stderr, flush=True)
@@ -71,8 +70,7 @@ def _run(args: argparse.Namespace) -> int:
               "`kplan roll` again continues it. Interrupt again to leave at once", file=sys.stderr, flush=True)
         return True
 
-    req = api.RollRequest(zk=args.zk, plan=Path(args.plan), out=Path(args.out) if args.out else None,
-                          auth=zkmod.auth_from_env(args.zk_auth_env), timeout=args.connect_timeout,
+    req = api.RollRequest(plan=Path(args.plan), out=Path(args.out) if args.out else None, **cluster(args),
                           throttle=args.throttle, restart_command=args.restart_command,
                           command_timeout=args.command_timeout, restart_timeout=args.restart_timeout,
                           gate_timeout=args.gate_timeout, pause=args.pause, keep_temporary=args.keep_temporary,

@@ -70,6 +70,7 @@ class KraftOptions:
     progress_file: Path | None = None
     stop: threading.Event | None = None
     bootstrap: str = ""
+    held: bool = False                  # the fence is the caller's (a restart roll's phases): not taken, kept
 
 
 def _unit_spec(unit: Unit) -> Spec:
@@ -238,11 +239,13 @@ class KraftExecutor:
             return self._result("already-completed", f"plan {plan.id} was already applied to this cluster; nothing "
                                 "to do")
         self._check_run(rec)
-        self._check_lock(self.opts.lock_wait)
+        if not self.opts.held:
+            self._check_lock(self.opts.lock_wait)
         self.preflight(rec)
         if self.opts.dry_run:
             return self._dry_run(rec)
-        self.store.open()            # the fence: any earlier holder is fenced from here on
+        if not self.opts.held:
+            self.store.open()        # the fence: any earlier holder is fenced from here on
         try:
             rec = self._load()       # decided again on everything committed before the fence
             self._check_run(rec)
@@ -266,8 +269,9 @@ class KraftExecutor:
             self._fail(e)
             raise
         finally:
-            released = self.store.holding
-            self.store.close(self._lock_doc(released=True) if released else None)
+            if not self.opts.held:
+                released = self.store.holding
+                self.store.close(self._lock_doc(released=True) if released else None)
 
     def _run(self) -> Result:
         plan, rec = self.plan, self.record

@@ -38,6 +38,7 @@ from kazoo.exceptions import NoNodeError
 from planner import codec
 from planner import zk as zkmod
 from planner.errors import BadInput, NoThrottle, PlannerError, SafetyRefusal, WrongPlanKind
+from planner.execution import kraftsteps
 from planner.execution.progress import write_json_atomic
 from planner.execution.roller import Roll
 from planner.execution.rollrecord import RECORDS, RollOptions, RollResult, status
@@ -111,7 +112,12 @@ def roll_step(req: RollRequest, *, progress: Callable[[Any], None] | None = None
             raise BadInput(f"{name} must be positive, got {value}")
     if req.lock_wait < 0:
         raise BadInput(f"lock wait must be zero or more, got {req.lock_wait}")
-    zkmod.parse_connect(zk)
+    if req.bootstrap is not None:
+        kraftsteps.check_request(req)
+    elif zk is None:
+        raise BadInput("give either a ZooKeeper connect string or Kafka bootstrap servers")
+    else:
+        zkmod.parse_connect(zk)
     plan = read_plan(plan_path)
     if plan.kind != "restart":
         raise WrongPlanKind(f"{plan_path} is a {plan.kind} plan", plan.kind, str(plan_path))
@@ -133,18 +139,30 @@ def roll_step(req: RollRequest, *, progress: Callable[[Any], None] | None = None
         raise BadInput(f"part must be protect, step or finish, got {part!r}")
     folder = check_records(roll_folder(plan_path, out), plan.id, RECORDS, Path(plan_path),
                            "out" if out is not None else "the roll's records folder", out is not None)
-    with zkmod.session(zk, auth=req.auth, timeout=req.timeout) as client:
-        zkmod.require_kafka(client)
+    order = [int(b) for b in plan.section("roll")["order"]]
+
+    def go(cluster: Any, regs: Callable[[list[int]], dict[int, dict[str, Any]]]) -> RollResult:
+        nonlocal restart
         if restart_command is not None:
-            restart = command_restarter(restart_command, req.command_timeout,
-                                        registrations(client, [int(b) for b in plan.section("roll")["order"]]))
+            restart = command_restarter(restart_command, req.command_timeout, regs(order))
         options = RollOptions(throttle=req.throttle, poll=req.poll, restart_timeout=req.restart_timeout,
                               gate_timeout=req.gate_timeout, lock_wait=req.lock_wait,
                               keep_temporary=req.keep_temporary, pause=req.pause, restart=restart,
                               wait_restart=req.wait_restart, progress_file=folder / "progress.json",
                               run=req.run or str(records_folder(plan_path)), reason=req.reason, stop=req.stop)
-        roll = Roll(client, plan, options, progress)
-        result = roll.mark(mark[0], mark[1]) if mark is not None else roll.run(part, req.step)
+        roll = Roll(cluster, plan, options, progress)
+        return roll.mark(mark[0], mark[1]) if mark is not None else roll.run(part, req.step)
+
+    if req.bootstrap is not None:
+        from planner.execution.kraftroll import KraftRollCluster
+
+        with kraftsteps.session(req) as store:
+            kc = KraftRollCluster(store, plan, req.poll, req.lease, req.bootstrap)
+            result = go(kc, kc.registrations)
+    else:
+        with zkmod.session(zk, auth=req.auth, timeout=req.timeout) as client:
+            zkmod.require_kafka(client)
+            result = go(client, lambda brokers: registrations(client, brokers))
     write_json_atomic(folder / "outcome.json", {"command": "roll", **asdict(result)})   # names its plan (plan_id)
     return result
 

@@ -374,8 +374,9 @@ class BrokerSteps:
         th.start()
         while th.is_alive():
             if not st.get("left_at") and self._left(st, self._registration(b)):
-                st["left_at"] = rs.now()
-                log.info("broker %d left while its restart ran", b)
+                st["left_at"] = rs.now()   # recorded: a roll killed after this still knows the broker left
+                self._event(f"broker {b} left while its restart ran")
+                self._save()
             th.join(self.opts.poll)
         if failed:
             raise failed[0]
