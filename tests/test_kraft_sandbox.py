@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import sys
+import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,6 +30,7 @@ from planner import cli
 from planner import kraft_admin as ka
 from planner import snapshot_io as sio
 from planner.errors import BadInput
+from planner.execution.kraftstore import Store
 from planner.kafka.broker import find_brokers
 from planner.sandbox import Sandbox
 from planner.sandbox.api import SandboxError
@@ -44,12 +49,18 @@ DRAIN, REBALANCE = "kafka_broker_drain", "kafka_nightly_rebalance"
 CONN = "kafka_kraft"
 SWEEPS: dict = {}   # planner.kraft_dtp sweeps kept between the tests below
 SESSION = 3   # broker.session.timeout.ms = 3 s: a killed broker is fenced 2-3 s after its last heartbeat
+# transactions' own topic (kplan's fence uses it) replicated as on a real cluster, in 4 partitions (the sandbox's
+# default is RF 1, Kafka's 50 partitions): it exists only once the Airflow drain below uses transactions
+TXN = {"transaction.state.log.replication.factor": "3", "transaction.state.log.min.isr": "2",
+       "transaction.state.log.num.partitions": "4"}
+THROTTLE_KEYS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+RATE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 
 
 @pytest.fixture(scope="module")
 def kraft(tmp_path_factory):
     sb = Sandbox.up(tmp_path_factory.mktemp("kraft") / "sb", cluster=SEED, engine="kraft", timeout=120,
-                    session_timeout=SESSION, auto_rebalance=False, sasl=True)
+                    session_timeout=SESSION, auto_rebalance=False, sasl=True, kafka_settings=TXN)
     try:
         yield sb
     finally:
@@ -333,15 +344,19 @@ def test_cli_status_stop_and_start_on_kraft(kraft, admin, capsys):
 # Airflow on this cluster, named only by a Kafka connection (issue 24 item 4). An Airflow connection of the
 # Apache Kafka provider's type whose extra holds bootstrap.servers (the SASL_PLAINTEXT listener) and the SASL
 # settings; real Airflow (dag.test(), the REST API in process); no ZooKeeper connection anywhere. The drain runs
-# snapshot (Admin API over SASL, sizes through DescribeLogDirs over SASL) -> plan -> publish -> approve, and
-# apply fails with the library's one-line KRaft refusal; the cluster, read through the PLAINTEXT listener
-# (Kafka's own DescribeTopicPartitions), is unchanged. The nightly rebalance takes its cluster from the
-# deployment's default (`[kplan] kafka_conn_id`), as a scheduled run does. Both connections, or none, are
-# refused at trigger time by the API server. The SASL password is in no file under AIRFLOW_HOME (task logs, run
-# folders, the metadata DB) and in nothing the run printed; the same scan finds it in the sandbox's private
-# sandbox.json, so it can fail. The risk tasks (spark-submit of the risk job, ~20 s each) are marked successful
-# to stay within the CI budget: the KRaft rules through spark-submit are tested in test_kraft_risk_spark, and the
-# re-read risk_after does first (api.reread through the connection's bootstrap and SASL) is run below.
+# snapshot (Admin API over SASL, sizes through DescribeLogDirs over SASL) -> plan -> publish -> approve (a person
+# through the REST API, as the ZooKeeper DAG tests approve) -> apply (throttled, in batches, fenced by __kplan)
+# -> verify -> report. Its effects are read with kafka-python's own KafkaAdminClient on the PLAINTEXT listener
+# (Metadata, DescribeConfigs), never through kplan: broker 1 holds no replica of any topic, internal ones
+# included, and no throttle is left; a sampler saw the throttle set while the apply ran. The nightly rebalance
+# takes its cluster from the deployment's default (`[kplan] kafka_conn_id`), as a scheduled run does, while
+# another kplan holds the cluster's fence: its apply is refused, nothing written (the holder's producer is not
+# fenced: the refused apply never took the fence). Both connections, or none, are refused at trigger time by the
+# API server. The SASL password is in no file under AIRFLOW_HOME (task logs, run folders, the metadata DB) and
+# in nothing the run printed; the same scan finds it in the sandbox's private sandbox.json, so it can fail. The
+# risk tasks (spark-submit of the risk job, ~20 s each) are marked successful to stay within the CI budget: the
+# KRaft rules through spark-submit are tested in test_kraft_risk_spark, and the re-read risk_after does first
+# (api.reread through the connection's bootstrap and SASL) is run below.
 
 @pytest.fixture(scope="module")
 def env(kraft, tmp_path_factory):
@@ -352,17 +367,70 @@ def env(kraft, tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow_kraft") / "home"
     with af.airflow_env(home, spark_master="local[2]") as e:   # no ZooKeeper connection at all
         os.environ[f"AIRFLOW_CONN_{CONN.upper()}"] = json.dumps({"conn_type": "kafka", "extra": extra})
-        os.environ["AIRFLOW__KPLAN__SKIP_REVIEW"] = "True"     # a drain passes review: apply's refusal is the point
         yield {"home": home, "env": e, "password": sasl["password"], "username": sasl["username"]}
 
 
-def assignment(kraft: Sandbox) -> dict[tuple[str, int], list[int]]:
-    """Replicas per partition from Kafka itself (DescribeTopicPartitions on the PLAINTEXT listener)."""
-    a = ka.connect(kraft.bootstrap_servers)
+@contextmanager
+def kafka_admin(kraft: Sandbox):
+    """kafka-python's own KafkaAdminClient on the PLAINTEXT listener: no kplan code between the test and Kafka."""
+    from kafka.admin import KafkaAdminClient
+
+    a = KafkaAdminClient(bootstrap_servers=kraft.bootstrap_servers, client_id="test-kraft-airflow")
     try:
-        return {k: list(v["replicas"]) for k, v in ka.describe_topic_partitions(a).items()}
+        yield a
     finally:
         a.close()
+
+
+def replicas_now(kraft: Sandbox) -> dict[tuple[str, int], list[int]]:
+    """Every partition of every topic, internal ones included, and its replicas (Metadata, through kafka-python)."""
+    with kafka_admin(kraft) as a:
+        return {(t["name"], p["partition_index"]): list(p["replica_nodes"]) for t in a.describe_topics()
+                for p in t["partitions"]}
+
+
+def throttles_now(kraft: Sandbox) -> dict[str, str]:
+    """Every replication throttle set now, on any topic or broker: the topics' throttled-replica lists and the
+    brokers' rates, as Kafka resolves them (DescribeConfigs through kafka-python; dynamic entries only)."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    with kafka_admin(kraft) as a:
+        topics = sorted({t["name"] for t in a.describe_topics()})
+        brokers = [str(b["broker_id"]) for b in a.describe_cluster()["brokers"]]
+        res = a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t) for t in topics]
+                                 + [ConfigResource(ConfigResourceType.BROKER, b) for b in brokers],
+                                 config_filter="all")
+    out = {}
+    for kind, keys, source in (("topic", THROTTLE_KEYS, "DYNAMIC_TOPIC_CONFIG"),
+                               ("broker", RATE_KEYS, "DYNAMIC_BROKER_CONFIG")):
+        for name, cfg in res.get(kind, {}).items():
+            out.update({f"{kind} {name}: {k}": c["value"] for k, c in cfg.items()
+                        if k in keys and c.get("config_source") == source and c.get("value")})
+    return out
+
+
+class ThrottleSampler:
+    """Samples throttles_now every 0.2 s in a thread while the DAG runs in the main thread: what was seen set."""
+
+    def __init__(self, kraft: Sandbox):
+        self.kraft, self.seen, self.done = kraft, {}, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.done.wait(0.2):
+            try:
+                for k, v in throttles_now(self.kraft).items():
+                    self.seen.setdefault(k, set()).add(v)
+            except Exception:  # noqa: BLE001 - a sample lost to a broker busy moving; the next one counts
+                pass
+
+    def __enter__(self) -> ThrottleSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
 
 
 def secret_in(root: Path, secret: str) -> list[str]:
@@ -394,40 +462,62 @@ def output_to(path: Path):
 
 @pytest.fixture(scope="module")
 def drain(env, kraft, pytestconfig):
-    start = assignment(kraft)
+    # A cluster that has used transactions (and kplan) before, as test_kraft_apply's: __transaction_state and
+    # __kplan exist before the snapshot, so the drain moves them off broker 1 too (made after it, they would be
+    # named by verify's intent check as topics created since the snapshot, and follow_up would offer their drain)
+    store = Store(kraft.bootstrap_servers, lease=5)
+    store.open()
+    store.close({"released": True, "holder": {"command": "fixture"}})
+    start = replicas_now(kraft)
     out = env["home"].parent / "drain-output.log"
     capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled(), output_to(out):
-        dr, _ = af.run_dag(DRAIN, {"brokers": [1], "zk_conn_id": None, "kafka_conn_id": CONN,
-                                   "throttle": 50_000_000}, mark_success="risk|risk_after", deadline=180)
-    return {"dr": dr, "start": start, "end": assignment(kraft), "run": runs.run_folder(DRAIN, dr.run_id),
-            "output": out}
+    with capture.global_and_fixture_disabled(), output_to(out), ThrottleSampler(kraft) as sampler:
+        dr, approver = af.run_dag(DRAIN, {"brokers": [1], "zk_conn_id": None, "kafka_conn_id": CONN,
+                                          "throttle": 50_000_000, "max_concurrent_per_broker": 2},
+                                  decide=lambda d: "Approve", mark_success="risk|risk_after", deadline=240)
+    return {"dr": dr, "approver": approver, "start": start, "end": replicas_now(kraft), "seen": sampler.seen,
+            "throttles_after": throttles_now(kraft), "run": runs.run_folder(DRAIN, dr.run_id), "output": out}
 
 
-def test_drain_reads_the_kraft_cluster_through_the_kafka_connection_and_apply_refuses(env, kraft, drain):
-    dr, run = drain["dr"], drain["run"]
+def test_drain_through_the_kafka_connection_is_applied_throttled_in_batches_and_verified(env, kraft, drain):
+    dr, run, start, end = drain["dr"], drain["run"], drain["start"], drain["end"]
     st = af.states(dr)
-    assert {k: st[k] for k in ("snapshot", "plan", "publish", "approve")} == dict.fromkeys(
-        ("snapshot", "plan", "publish", "approve"), "success"), st
-    assert st["apply"] == "failed" and st["verify"] == "upstream_failed", st
-    # the snapshot: the cluster as described above, read over SASL, sizes from every broker over SASL
+    done = ("snapshot", "plan", "publish", "approve", "apply", "verify", "report")
+    assert {k: st[k] for k in done} == dict.fromkeys(done, "success"), st
+    assert st["follow_up"] == "skipped", st         # the drain's intent holds: nothing to follow up
+    assert drain["approver"].answered == "Approve"  # a person approved, through the REST API
+    # the snapshot: the cluster as described above (+ __transaction_state's 4 and __kplan's 1), read over SASL,
+    # sizes from every broker over SASL
     m = json.loads((run.root / "snapshot" / "manifest.json").read_text())
     assert m["source"]["backend"] == "kraft" and m["source"]["security_protocol"] == "SASL_PLAINTEXT"
     assert m["log_dirs"]["brokers_answered"] == 4
-    assert m["counts"]["partitions"] == 3 and m["counts"]["brokers"] == 4
-    # the plan (Kafka's reassignment format): broker 1 emptied, every partition keeps its replica count
-    plan = json.loads((run.root / "plan" / "reassignment.json").read_text())
-    target = {(p["topic"], p["partition"]): p["replicas"] for p in plan["partitions"]}
-    for key, replicas in drain["start"].items():
-        now = target.get(key, replicas)
-        assert 1 not in now and len(now) == len(replicas), (key, replicas, now)
-    # apply: the library's refusal, one line, in the run's review record; nothing written to the cluster
+    assert m["counts"]["partitions"] == 3 + 4 + 1 and m["counts"]["brokers"] == 4
+    # Kafka, read without kplan: broker 1 holds no replica of any partition, each keeps its replica count, and a
+    # partition broker 1 did not hold is where it was
+    assert set(end) == set(start) and len(start) == 8, (start, end)
+    assert [k for k, r in end.items() if 1 in r] == [], end
+    assert {k: len(r) for k, r in end.items()} == {k: len(r) for k, r in start.items()}
+    assert {k: r for k, r in end.items() if 1 not in start[k]} == {k: r for k, r in start.items() if 1 not in r}
+    moved = [k for k, r in start.items() if 1 in r]
+    assert len(moved) >= 4, start                    # seed-rf1-0, seed-wide-0/1 and RF 3 internal partitions
+    # throttled: the sampler saw the run's rate (50 MB/s, the throttle param) on the brokers, and the moving
+    # replicas listed as throttled on their topics; none is left afterwards
+    rates = {v for k, vals in drain["seen"].items() if k.endswith(RATE_KEYS) for v in vals}
+    assert rates == {"50000000"}, drain["seen"]
+    assert any(k.startswith("topic seed-wide: ") for k in drain["seen"]), drain["seen"]
+    assert drain["throttles_after"] == {}
+    # in batches: at most 2 moves into a broker at a time (the form's max concurrent moves per broker)
+    outcome = json.loads((run.root / "apply" / "outcome.json").read_text())
+    assert outcome["state"] == "completed" and outcome["units_total"] >= 3, outcome
+    assert outcome["units_done"] == outcome["units_total"] == outcome["units_submitted"], outcome
+    report = json.loads((run.root / "report.json").read_text())
+    assert report["converged"] is True and report["plan_id"] == outcome["plan_id"]
     review = json.loads((run.root / runs.REVIEW).read_text())
-    assert review["failed_task"] == "apply" and review["status"] == "failed at apply"
-    assert "was made from a KRaft snapshot: apply on KRaft needs the Admin API writer" in review["error"]
-    assert "\n" not in review["error"] and "Traceback" not in review["error"]
-    assert drain["end"] == drain["start"]
-    assert not (run.root / "apply").exists()
+    assert review["status"] == "done" and review["approved_by"], review
+    # the task log: apply's progress as counts (as on ZooKeeper), and the fence taken
+    text = drain["output"].read_text(errors="replace")
+    assert re.search(rf"apply: \d+/{len(moved)}\b", text), text[-3000:]
+    assert f"apply of {outcome['plan_id']}: completed ({outcome['units_total']}/{outcome['units_total']} batches)" in text
 
 
 def test_risk_afters_reread_reads_the_cluster_through_the_connection(env, kraft, drain, tmp_path):
@@ -448,7 +538,7 @@ def test_risk_afters_reread_reads_the_cluster_through_the_connection(env, kraft,
         assert (job.zk, job.bootstrap, job.kafka, job.plan_snapshot) == (None, None, None, run.snapshot)
         (out / "summary.json").write_text(json.dumps({"snapshot": {"path": str(job.snapshot)}}))  # the job's part
     assert again["source"]["backend"] == "kraft" and again["source"]["security_protocol"] == "SASL_PLAINTEXT"
-    assert again["log_dirs"]["brokers_answered"] == 4 and again["counts"]["partitions"] == 3
+    assert again["log_dirs"]["brokers_answered"] == 4 and again["counts"]["partitions"] == 8
     assert json.loads((out / "summary.json").read_text())["snapshot"]["path"] == str(tmp_path / "risk-after" / "cluster")
 
 
@@ -456,8 +546,10 @@ def test_no_credential_in_any_task_log_run_folder_or_output(env, kraft, drain):
     home, pw = env["home"], env["password"]
     logs = [p for p in (home / "logs").rglob("*") if p.is_file()] if (home / "logs").exists() else []
     text = drain["output"].read_text(errors="replace") + "".join(p.read_text(errors="replace") for p in logs)
-    # the capture holds the tasks' own lines (the snapshot task names where it read, over SASL, as whom) ...
+    # the capture holds the tasks' own lines (the snapshot task names where it read, over SASL, as whom; apply
+    # and verify wrote through the same connection) ...
     assert f"SASL PLAIN user {env['username']}; Kafka connection '{CONN}'" in text
+    assert "apply of " in text and "batches)" in text
     # ... and no password: not in a log, the run folders, Airflow's DB, nor anything printed
     assert pw not in text
     assert secret_in(home, pw) == []
@@ -465,24 +557,73 @@ def test_no_credential_in_any_task_log_run_folder_or_output(env, kraft, drain):
     assert str(kraft.dir / "sandbox.json") in secret_in(kraft.dir, pw)
 
 
-def test_nightly_rebalance_takes_the_deployments_kafka_connection(env, kraft, monkeypatch):
+REFUSED: dict = {}   # the rebalance run whose apply the held fence refused (its plan, for the trigger below)
+
+
+def test_nightly_rebalance_takes_the_deployments_kafka_connection_and_a_held_fence_refuses_its_apply(
+        env, kraft, drain, monkeypatch):
     monkeypatch.setenv("AIRFLOW__KPLAN__KAFKA_CONN_ID", CONN)     # a KRaft deployment's default, as scheduled
-    start = assignment(kraft)
     dag = af.load_dag(REBALANCE)
     assert dag.params["kafka_conn_id"] == CONN and dag.params["zk_conn_id"] is None
-    # the defaults, as a scheduled run has them; approved by a person through the REST API (the risk after
-    # the plan is not scored here, so auto-approve does not apply)
-    dr, approver = af.run_dag(REBALANCE, {}, decide=lambda d: "Approve", mark_success="risk_after", deadline=180)
-    assert approver.answered == "Approve"
-    st = af.states(dr)
-    assert {k: st[k] for k in ("snapshot", "check_idle", "plan", "publish", "approve")} == dict.fromkeys(
-        ("snapshot", "check_idle", "plan", "publish", "approve"), "success"), st
-    assert st["apply"] == "failed", st
-    run = runs.run_folder(REBALANCE, dr.run_id)
-    moves = json.loads((run.root / "plan" / "reassignment.json").read_text())["partitions"]
-    assert any(4 in p["replicas"] for p in moves), "the empty broker 4 got nothing"
-    assert "KRaft snapshot: apply on KRaft" in json.loads((run.root / runs.REVIEW).read_text())["error"]
-    assert assignment(kraft) == start
+    # Another kplan writes to this cluster (an apply on another host, say): it holds the fence (its producer's
+    # epoch on __kplan) and a live lock
+    holder = Store(kraft.bootstrap_servers, lease=30)
+    holder.open()
+    who = {"command": "apply", "plan_id": "sha256:" + "0" * 64, "pid": os.getpid(), "host": socket.gethostname(),
+           "user": "ops", "since": "2026-11-26T10:00:00Z"}
+    holder.transact({"lock": {"holder": who, "heartbeat": time.time(), "released": False}})
+    try:
+        start = replicas_now(kraft)
+        # the defaults, as a scheduled run has them; approved by a person through the REST API (the risk after
+        # the plan is not scored here, so auto-approve does not apply)
+        dr, approver = af.run_dag(REBALANCE, {}, decide=lambda d: "Approve", mark_success="risk_after", deadline=180)
+        assert approver.answered == "Approve"
+        st = af.states(dr)
+        assert {k: st[k] for k in ("snapshot", "check_idle", "plan", "publish", "approve")} == dict.fromkeys(
+            ("snapshot", "check_idle", "plan", "publish", "approve"), "success"), st
+        assert st["apply"] == "failed" and st["verify"] == "upstream_failed", st
+        run = runs.run_folder(REBALANCE, dr.run_id)
+        moves = json.loads((run.root / "plan" / "reassignment.json").read_text())["partitions"]
+        assert moves, "the rebalance planned nothing: the refusal below would prove nothing"
+        review = json.loads((run.root / runs.REVIEW).read_text())
+        assert review["status"] == "apply refused", review
+        assert review["error"].startswith("another kplan holds this cluster's lock (kplan apply of plan sha256:000")
+        assert "nothing was written" in review["error"] and "\n" not in review["error"]
+        # nothing written: Kafka as before, no throttle, and the holder still holds the fence (the refused apply
+        # never ran initTransactions, which would have fenced it: this commit would raise Fenced)
+        assert replicas_now(kraft) == start and throttles_now(kraft) == {}
+        holder.transact({"lock": {"holder": who, "heartbeat": time.time(), "released": False}})
+        REFUSED["plan"] = run.plan
+    finally:
+        holder.close({"holder": who, "heartbeat": time.time(), "released": True})
+
+
+def test_verify_trigger_polls_the_kraft_cluster_through_the_kafka_connection(env, drain):
+    """The deferrable verify's trigger on KRaft, serialized as the triggerer stores it (the connection's id, no
+    secret), polling through the Kafka connection: the drained plan converged; the refused rebalance's plan
+    still waiting at its deadline."""
+    import asyncio
+
+    from airflow.sdk.module_loading import import_string
+    from kplan_airflow.triggers import VerifyTrigger
+
+    def fire(plan: Path, deadline_in: float) -> dict:
+        now = time.time()
+        path, kwargs = VerifyTrigger(kafka_conn_id=CONN, plan=str(plan), started=now - 5, deadline=now + deadline_in,
+                                     poll=0.2).serialize()
+        assert env["password"] not in json.dumps(kwargs) and kwargs["zk_conn_id"] is None
+        trigger = import_string(path)(**json.loads(json.dumps(kwargs)))
+
+        async def first():
+            async for event in trigger.run():
+                return event.payload
+
+        return asyncio.run(first())
+
+    done = fire(drain["run"].plan, 30)
+    assert (done["status"], done["pending"]) == ("converged", []) and done["converged"] == done["total"], done
+    waiting = fire(REFUSED["plan"], 0.5)
+    assert waiting["status"] == "timeout" and waiting["converged"] < waiting["total"], waiting
 
 
 def test_both_connections_or_none_are_refused_at_trigger_time(env):

@@ -215,6 +215,19 @@ def is_kraft(target: Any) -> bool:
     return hasattr(target, "bootstrap")
 
 
+# The fence's lease for a write task on a KRaft cluster (apply, verify, cancel; docs/KRAFT.md "The one-writer
+# fence"), longer than the CLI's 30 s because an Airflow worker is the place where a writer stalls: a task
+# process on a busy worker node or a CPU-limited pod, a commit to `__kplan` that waits while a drain moves the
+# transaction coordinator's partition. A stall past the lease only costs a fresh commit before the next Admin
+# write (the guard's retries), never safety. What a longer lease costs is the wait of a writer taking over from
+# one that died without releasing: two leases before the lock counts as dead (another host), then one lease
+# before its first Admin write. Airflow notices a dead task only after [scheduler]
+# task_instance_heartbeat_timeout (300 s by default) and never retries apply (a person clears it), so with
+# 60 s the dead apply's lock is stale (two leases, 120 s) before Airflow has even failed its task: the cleared
+# apply adds at most one lease of waiting to what Airflow already takes.
+KRAFT_LEASE = 60.0
+
+
 def target_fields(target: Any) -> dict[str, Any]:
     """A request's cluster fields: zk + auth (ZooKeeper mode) or bootstrap + kafka (KRaft)."""
     if is_kraft(target):
@@ -222,15 +235,26 @@ def target_fields(target: Any) -> dict[str, Any]:
     return {"zk": target.connect, "auth": target.auth}
 
 
+def writer_fields(target: Any, lease: Any = None) -> dict[str, Any]:
+    """A write request's cluster fields (apply, verify, cancel): target_fields, and on KRaft the fence's lease
+    (`lease` seconds; None: KRAFT_LEASE)."""
+    if not is_kraft(target):
+        return target_fields(target)
+    return {**target_fields(target), "lease": float(KRAFT_LEASE if lease in (None, "", "None") else lease)}
+
+
 def kraft_writer(request: type, plan: api.Plan, step: str) -> None:
-    """A write step (apply, verify, roll) on a KRaft cluster: the library's own refusal, as one line
-    (planner.api.refuse_kraft_write). The Admin API writer has landed (ApplyRequest / VerifyRequest / CancelRequest
-    carry bootstrap, kafka, kafka_timeout, lease: docs/KRAFT.md); this gate stays shut until the DAGs' KRaft
-    apply path is wired and tested (then: return here when `request` has a `bootstrap` field)."""
+    """A write step (apply, verify, cancel, roll) named by a Kafka connection (a KRaft cluster). Apply, verify
+    and cancel go through the Admin API writer (the request's bootstrap, kafka and lease fields); a plan made
+    from a ZooKeeper snapshot is refused here, nothing written (the library refuses it too: the reverse, a
+    KRaft plan through a ZooKeeper connection, is the library's refusal on the ZooKeeper path). The restart
+    DAG's roll on KRaft is not wired yet (`kplan roll --bootstrap-server` is): refused, one line."""
     if (plan.snapshot or {}).get("backend", "zookeeper") == "zookeeper":
         raise AirflowFailException(f"plan {plan.id[:19]} was made from a ZooKeeper snapshot, but this run names a "
                                    "KRaft cluster (a Kafka connection): nothing was written")
-    call(step, api.refuse_kraft_write, plan, step)
+    if step == "roll" or not any(f.name == "bootstrap" for f in dataclasses.fields(request)):
+        raise AirflowFailException(f"plan {plan.id[:19]}: the restart DAG's roll on a KRaft cluster is not wired "
+                                   "yet (`kplan roll --bootstrap-server` rolls it from a shell); nothing was written")
 
 
 def _log_progress(op: BaseOperator, every: float = 30.0) -> Callable[[api.Progress], None]:
@@ -705,7 +729,11 @@ class PlanApprovalOperator(ApprovalOperator):
 class ApplyOperator(BaseOperator):
     """Apply exactly the reviewed plan (planner.api.apply: lock, preflight, throttles, batches). Never retried
     by Airflow: a second apply of the same plan resumes where the first stopped, so run it again by hand
-    (clear the task) once the cause is understood. Runs in the apply pool (one apply at a time)."""
+    (clear the task) once the cause is understood. Runs in the apply pool (one apply at a time).
+
+    On a KRaft cluster (a Kafka connection) the same steps go through the Admin API, fenced by `__kplan` with
+    a lease of `lease` seconds (KRAFT_LEASE by default; docs/KRAFT.md): the pool is the scheduler's gate, the
+    fence the cluster's, across Airflow deployments and the CLI alike."""
 
     template_fields: Sequence[str] = ("zk_conn_id", "kafka_conn_id", "throttle", "max_concurrent_per_broker", "reason",
                                       "no_throttle")
@@ -714,7 +742,7 @@ class ApplyOperator(BaseOperator):
     def __init__(self, *, zk_conn_id: str | None = "zookeeper_default", kafka_conn_id: str | None = None,
                  throttle: Any = None,
                  max_concurrent_per_broker: Any = None, publish_task_id: str = "publish", reason: Any = None,
-                 no_throttle: Any = False,
+                 no_throttle: Any = False, lease: float | None = None,
                  **kwargs: Any) -> None:
         kwargs["retries"] = 0
         kwargs.setdefault("pool", runs.apply_pool())
@@ -725,6 +753,7 @@ class ApplyOperator(BaseOperator):
         self.publish_task_id = publish_task_id
         self.reason = reason
         self.no_throttle = no_throttle
+        self.lease = lease
 
     def execute(self, context: Context) -> dict[str, Any]:
         run = run_folder(context)
@@ -737,7 +766,7 @@ class ApplyOperator(BaseOperator):
         target = cluster(self.zk_conn_id, self.kafka_conn_id)
         if is_kraft(target):
             kraft_writer(api.ApplyRequest, plan, "apply")
-        fields = {**target_fields(target), "plan": run.plan, "out": run.apply,
+        fields = {**writer_fields(target, self.lease), "plan": run.plan, "out": run.apply,
                   "throttle": _opt_int(self.throttle), "no_throttle": _truthy(self.no_throttle),
                   "max_concurrent_per_broker": _opt_int(self.max_concurrent_per_broker),
                   # recorded with a drain's / return's brokers' maintenance state (kplan brokers shows it)
@@ -798,16 +827,20 @@ class VerifyOperator(BaseOperator):
     not count deferred tasks (the apply pool is made so), no pool slot; `execute_complete` is the short
     finishing task. The deadline is fixed when the task starts, so a restarted scheduler or triggerer resumes
     the same wait. `deferrable=False` waits in the worker, as verify did before (a deployment without a
-    triggerer)."""
+    triggerer). On a KRaft cluster (a Kafka connection) the quick look, the trigger's polls and the finishing
+    task go through the Admin API (the trigger resolves the Kafka connection in the triggerer); the finishing
+    task's election and throttle removal are fenced like apply's (`lease`, KRAFT_LEASE by default)."""
 
     template_fields: Sequence[str] = ("zk_conn_id", "kafka_conn_id", "timeout")
     ui_color = "#e8fdf5"
 
     def __init__(self, *, zk_conn_id: str | None = "zookeeper_default", kafka_conn_id: str | None = None,
-                 timeout: Any = 600, deferrable: bool = True, poll_interval: float = 10.0, **kwargs: Any) -> None:
+                 timeout: Any = 600, deferrable: bool = True, poll_interval: float = 10.0, lease: float | None = None,
+                 **kwargs: Any) -> None:
         kwargs.setdefault("pool", runs.apply_pool())
         super().__init__(**kwargs)
         self.zk_conn_id, self.kafka_conn_id = zk_conn_id, kafka_conn_id
+        self.lease = lease
         self.timeout = timeout
         self.deferrable = deferrable
         self.poll_interval = poll_interval
@@ -818,12 +851,13 @@ class VerifyOperator(BaseOperator):
             kraft_writer(api.VerifyRequest, call("verify", api.read_plan, run.plan), "verify")
         # report.json goes to the run folder (the library's default for a plan in <run>/plan)
         # fail=False: a timeout returns converged=False (report.json written) so the review record says so
-        return _request(api.VerifyRequest, {**target_fields(target), "plan": run.plan, "fail": False, **fields})
+        return _request(api.VerifyRequest, {**writer_fields(target, self.lease), "plan": run.plan, "fail": False,
+                                            **fields})
 
     def execute(self, context: Context) -> dict[str, Any]:
         run = run_folder(context)
         runs.update_review(run, status="verifying")
-        if not self.deferrable or is_kraft_conn(self.zk_conn_id, self.kafka_conn_id):   # the trigger reads ZooKeeper
+        if not self.deferrable:
             return self._finish(context, run, wait=float(self.timeout))
         started = time.time()
         status = call("verify", api.verify_probe, self._request(run))
@@ -837,12 +871,16 @@ class VerifyOperator(BaseOperator):
     def _defer(self, run: api.RunFolder, status: dict[str, Any], started: float, deadline: float) -> None:
         from datetime import timedelta
 
+        from kplan_airflow.form import _given
         from kplan_airflow.triggers import VerifyTrigger
 
         self.log.info("%s/%s partitions converged; waiting up to %.0f s in the triggerer (no worker slot held)",
                       status.get("converged"), status.get("total"), max(0.0, deadline - time.time()))
-        self.defer(trigger=VerifyTrigger(zk_conn_id=self.zk_conn_id, plan=str(run.plan), started=started,
-                                         deadline=deadline, poll=float(self.poll_interval)),
+        # the connection's id only: the trigger resolves it in the triggerer (no credential is serialized)
+        kraft = is_kraft_conn(self.zk_conn_id, self.kafka_conn_id)
+        conn = {"kafka_conn_id": _given(self.kafka_conn_id)} if kraft else {"zk_conn_id": self.zk_conn_id}
+        self.defer(trigger=VerifyTrigger(**conn, plan=str(run.plan), started=started, deadline=deadline,
+                                         poll=float(self.poll_interval)),
                    method_name="execute_complete",
                    # a backstop only: the trigger fires "timeout" itself at the deadline, with the report
                    timeout=timedelta(seconds=max(0.0, deadline - time.time()) + 300))

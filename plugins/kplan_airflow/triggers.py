@@ -14,8 +14,11 @@ restart): it left and came back. It says when it saw the broker gone, if it did.
 fires "timeout" (the roll then says what to do). (A step waiting for the ones before it is rescheduled, not
 deferred: see kplan_airflow.roll_ops.)
 
-The ZooKeeper credentials come from the connection (`zk_conn_id`), resolved in the triggerer: they are never
-part of the trigger's serialized arguments.
+On a KRaft cluster `VerifyTrigger` gets `kafka_conn_id` (a connection of the Apache Kafka provider's type) instead
+of `zk_conn_id`, and its polls read the cluster through the Admin API (the same verify_probe).
+
+The ZooKeeper credentials and the Kafka connection's SASL / SSL secrets come from the connection (`zk_conn_id`,
+`kafka_conn_id`), resolved in the triggerer: they are never part of the trigger's serialized arguments.
 """
 
 from __future__ import annotations
@@ -40,16 +43,30 @@ async def zk_target(zk_conn_id: str) -> Any:
     return ZkTarget(connect_string(conn.host, conn.port, conn.schema), auth)
 
 
+async def kafka_target(kafka_conn_id: str) -> Any:
+    """The bootstrap servers and security (a KafkaTarget) of Kafka connection `kafka_conn_id`, read in the
+    triggerer through the hook (the provider's parsing), in a worker thread as the provider's compat helper
+    does for a synchronous get_connection."""
+    from asgiref.sync import sync_to_async
+
+    from kplan_airflow.kafka_conn import KafkaClusterHook
+
+    return await sync_to_async(KafkaClusterHook(kafka_config_id=kafka_conn_id).target)()
+
+
 class VerifyTrigger(BaseTrigger):
-    def __init__(self, *, zk_conn_id: str, plan: str, started: float, deadline: float, poll: float = 10.0):
+    def __init__(self, *, plan: str, started: float, deadline: float, poll: float = 10.0,
+                 zk_conn_id: str | None = None, kafka_conn_id: str | None = None):
         super().__init__()
-        self.zk_conn_id, self.plan = zk_conn_id, plan
+        if (zk_conn_id is None) == (kafka_conn_id is None):
+            raise ValueError("VerifyTrigger needs exactly one of zk_conn_id and kafka_conn_id")
+        self.zk_conn_id, self.kafka_conn_id, self.plan = zk_conn_id, kafka_conn_id, plan
         self.started, self.deadline, self.poll = float(started), float(deadline), float(poll)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("kplan_airflow.triggers.VerifyTrigger",
-                {"zk_conn_id": self.zk_conn_id, "plan": self.plan, "started": self.started,
-                 "deadline": self.deadline, "poll": self.poll})
+                {"zk_conn_id": self.zk_conn_id, "kafka_conn_id": self.kafka_conn_id, "plan": self.plan,
+                 "started": self.started, "deadline": self.deadline, "poll": self.poll})
 
     def _event(self, status: dict[str, Any]) -> TriggerEvent:
         return TriggerEvent({**status, "started": self.started, "deadline": self.deadline})
@@ -57,8 +74,12 @@ class VerifyTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from planner import api
 
-        target = await zk_target(self.zk_conn_id)
-        req = api.VerifyRequest(zk=target.connect, plan=Path(self.plan), auth=target.auth)
+        if self.kafka_conn_id is not None:
+            target = await kafka_target(self.kafka_conn_id)
+            req = api.VerifyRequest(zk=None, bootstrap=target.bootstrap, kafka=target.security, plan=Path(self.plan))
+        else:
+            target = await zk_target(self.zk_conn_id)
+            req = api.VerifyRequest(zk=target.connect, plan=Path(self.plan), auth=target.auth)
         last: dict[str, Any] = {"status": "waiting"}
         said = None
         while True:
