@@ -47,6 +47,7 @@ SEED = {"brokers": racks(4), "topics": [
 REPO = Path(__file__).resolve().parent.parent
 DRAIN, REBALANCE = "kafka_broker_drain", "kafka_nightly_rebalance"
 CONN = "kafka_kraft"
+CONN_SSL = "kafka_kraft_ssl"   # the same cluster through its SSL listener (client certificate, key password)
 SWEEPS: dict = {}   # planner.kraft_dtp sweeps kept between the tests below
 SESSION = 3   # broker.session.timeout.ms = 3 s: a killed broker is fenced 2-3 s after its last heartbeat
 # transactions' own topic (kplan's fence uses it) replicated as on a real cluster, in 4 partitions (the sandbox's
@@ -60,7 +61,8 @@ RATE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttle
 @pytest.fixture(scope="module")
 def kraft(tmp_path_factory):
     sb = Sandbox.up(tmp_path_factory.mktemp("kraft") / "sb", cluster=SEED, engine="kraft", timeout=120,
-                    session_timeout=SESSION, auto_rebalance=False, sasl=True, kafka_settings=TXN)
+                    session_timeout=SESSION, auto_rebalance=False, sasl=True, ssl=True,
+                    kafka_settings=TXN)
     try:
         yield sb
     finally:
@@ -349,11 +351,13 @@ def test_cli_status_stop_and_start_on_kraft(kraft, admin, capsys):
 # -> verify -> report. Its effects are read with kafka-python's own KafkaAdminClient on the PLAINTEXT listener
 # (Metadata, DescribeConfigs), never through kplan: broker 1 holds no replica of any topic, internal ones
 # included, and no throttle is left; a sampler saw the throttle set while the apply ran. The nightly rebalance
-# takes its cluster from the deployment's default (`[kplan] kafka_conn_id`), as a scheduled run does, while
-# another kplan holds the cluster's fence: its apply is refused, nothing written (the holder's producer is not
-# fenced: the refused apply never took the fence). Both connections, or none, are refused at trigger time by the
-# API server. The SASL password is in no file under AIRFLOW_HOME (task logs, run folders, the metadata DB) and
-# in nothing the run printed; the same scan finds it in the sandbox's private sandbox.json, so it can fail. The
+# takes its cluster from the deployment's default (`[kplan] kafka_conn_id`), as a scheduled run does, here a
+# Kafka connection to the SSL listener (CA, client certificate and key, key password), while another kplan holds
+# the cluster's fence: its apply is refused, nothing written (the holder's producer is not fenced: the refused
+# apply never took the fence). Both connections, or none, are refused at trigger time by the API server. The
+# SASL password and the SSL key password are in no file under AIRFLOW_HOME (task logs, run folders, the metadata
+# DB) and in nothing the runs printed; the same scan finds them in the sandbox's private sandbox.json, so it can
+# fail. The
 # risk tasks (spark-submit of the risk job, ~20 s each) are marked successful to stay within the CI budget: the
 # KRaft rules through spark-submit are tested in test_kraft_risk_spark, and the re-read risk_after does first
 # (api.reread through the connection's bootstrap and SASL) is run below.
@@ -367,7 +371,11 @@ def env(kraft, tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow_kraft") / "home"
     with af.airflow_env(home, spark_master="local[2]") as e:   # no ZooKeeper connection at all
         os.environ[f"AIRFLOW_CONN_{CONN.upper()}"] = json.dumps({"conn_type": "kafka", "extra": extra})
-        yield {"home": home, "env": e, "password": sasl["password"], "username": sasl["username"]}
+        tls = kraft.kafka_ssl   # security.protocol SSL, the CA, the client's certificate, key and key password
+        ssl_extra = {"bootstrap.servers": ",".join(sorted(kraft.kafka_endpoints("SSL").values())), **tls}
+        os.environ[f"AIRFLOW_CONN_{CONN_SSL.upper()}"] = json.dumps({"conn_type": "kafka", "extra": ssl_extra})
+        yield {"home": home, "env": e, "password": sasl["password"], "username": sasl["username"],
+               "key_password": tls["ssl.key.password"]}
 
 
 @contextmanager
@@ -560,11 +568,12 @@ def test_no_credential_in_any_task_log_run_folder_or_output(env, kraft, drain):
 REFUSED: dict = {}   # the rebalance run whose apply the held fence refused (its plan, for the trigger below)
 
 
-def test_nightly_rebalance_takes_the_deployments_kafka_connection_and_a_held_fence_refuses_its_apply(
-        env, kraft, drain, monkeypatch):
-    monkeypatch.setenv("AIRFLOW__KPLAN__KAFKA_CONN_ID", CONN)     # a KRaft deployment's default, as scheduled
+def test_nightly_rebalance_over_ssl_takes_the_deployments_kafka_connection_and_a_held_fence_refuses_its_apply(
+        env, kraft, drain, monkeypatch, pytestconfig):
+    # a KRaft deployment's default, as scheduled: this one reaches the cluster through its SSL listener
+    monkeypatch.setenv("AIRFLOW__KPLAN__KAFKA_CONN_ID", CONN_SSL)
     dag = af.load_dag(REBALANCE)
-    assert dag.params["kafka_conn_id"] == CONN and dag.params["zk_conn_id"] is None
+    assert dag.params["kafka_conn_id"] == CONN_SSL and dag.params["zk_conn_id"] is None
     # Another kplan writes to this cluster (an apply on another host, say): it holds the fence (its producer's
     # epoch on __kplan) and a live lock
     holder = Store(kraft.bootstrap_servers, lease=30)
@@ -576,13 +585,18 @@ def test_nightly_rebalance_takes_the_deployments_kafka_connection_and_a_held_fen
         start = replicas_now(kraft)
         # the defaults, as a scheduled run has them; approved by a person through the REST API (the risk after
         # the plan is not scored here, so auto-approve does not apply)
-        dr, approver = af.run_dag(REBALANCE, {}, decide=lambda d: "Approve", mark_success="risk_after", deadline=180)
+        capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+        with capture.global_and_fixture_disabled(), output_to(env["home"].parent / "rebalance-output.log"):
+            dr, approver = af.run_dag(REBALANCE, {}, decide=lambda d: "Approve", mark_success="risk_after",
+                                      deadline=180)
         assert approver.answered == "Approve"
         st = af.states(dr)
         assert {k: st[k] for k in ("snapshot", "check_idle", "plan", "publish", "approve")} == dict.fromkeys(
             ("snapshot", "check_idle", "plan", "publish", "approve"), "success"), st
         assert st["apply"] == "failed" and st["verify"] == "upstream_failed", st
         run = runs.run_folder(REBALANCE, dr.run_id)
+        source = json.loads((run.root / "snapshot" / "manifest.json").read_text())["source"]
+        assert source["backend"] == "kraft" and source["security_protocol"] == "SSL", source
         moves = json.loads((run.root / "plan" / "reassignment.json").read_text())["partitions"]
         assert moves, "the rebalance planned nothing: the refusal below would prove nothing"
         review = json.loads((run.root / runs.REVIEW).read_text())
@@ -607,11 +621,12 @@ def test_verify_trigger_polls_the_kraft_cluster_through_the_kafka_connection(env
     from airflow.sdk.module_loading import import_string
     from kplan_airflow.triggers import VerifyTrigger
 
-    def fire(plan: Path, deadline_in: float) -> dict:
+    def fire(plan: Path, deadline_in: float, conn: str) -> dict:
         now = time.time()
-        path, kwargs = VerifyTrigger(kafka_conn_id=CONN, plan=str(plan), started=now - 5, deadline=now + deadline_in,
+        path, kwargs = VerifyTrigger(kafka_conn_id=conn, plan=str(plan), started=now - 5, deadline=now + deadline_in,
                                      poll=0.2).serialize()
-        assert env["password"] not in json.dumps(kwargs) and kwargs["zk_conn_id"] is None
+        assert kwargs["zk_conn_id"] is None and kwargs["kafka_conn_id"] == conn
+        assert env["password"] not in json.dumps(kwargs) and env["key_password"] not in json.dumps(kwargs)
         trigger = import_string(path)(**json.loads(json.dumps(kwargs)))
 
         async def first():
@@ -620,10 +635,21 @@ def test_verify_trigger_polls_the_kraft_cluster_through_the_kafka_connection(env
 
         return asyncio.run(first())
 
-    done = fire(drain["run"].plan, 30)
+    done = fire(drain["run"].plan, 30, CONN)
     assert (done["status"], done["pending"]) == ("converged", []) and done["converged"] == done["total"], done
-    waiting = fire(REFUSED["plan"], 0.5)
+    waiting = fire(REFUSED["plan"], 0.5, CONN_SSL)   # through the SSL listener
     assert waiting["status"] == "timeout" and waiting["converged"] < waiting["total"], waiting
+
+
+def test_no_ssl_key_password_in_any_task_log_run_folder_or_output(env, kraft):
+    """After the rebalance over SSL: the client key's password is in no task log, run folder, Airflow's DB, nor
+    anything the run printed; the scan finds it in the sandbox's private sandbox.json."""
+    home, pw = env["home"], env["key_password"]
+    out = (env["home"].parent / "rebalance-output.log").read_text(errors="replace")
+    assert f"{REBALANCE}" in out and "another kplan holds this cluster's lock" in out   # the run's own lines
+    assert pw not in out
+    assert secret_in(home, pw) == []
+    assert str(kraft.dir / "sandbox.json") in secret_in(kraft.dir, pw)
 
 
 def test_both_connections_or_none_are_refused_at_trigger_time(env):
