@@ -607,7 +607,7 @@ def test_nightly_rebalance_over_ssl_takes_the_deployments_kafka_connection_and_a
         # never ran initTransactions, which would have fenced it: this commit would raise Fenced)
         assert replicas_now(kraft) == start and throttles_now(kraft) == {}
         holder.transact({"lock": {"holder": who, "heartbeat": time.time(), "released": False}})
-        REFUSED["plan"] = run.plan
+        REFUSED.update(plan=run.plan, run_id=dr.run_id)
     finally:
         holder.close({"holder": who, "heartbeat": time.time(), "released": True})
 
@@ -639,6 +639,57 @@ def test_verify_trigger_polls_the_kraft_cluster_through_the_kafka_connection(env
     assert (done["status"], done["pending"]) == ("converged", []) and done["converged"] == done["total"], done
     waiting = fire(REFUSED["plan"], 0.5, CONN_SSL)   # through the SSL listener
     assert waiting["status"] == "timeout" and waiting["converged"] < waiting["total"], waiting
+
+
+def test_sigterm_to_the_apply_task_on_kraft_stops_after_the_batch_in_flight(env, kraft):
+    """Airflow's task runner answers SIGTERM with the operator's on_kill, as on ZooKeeper
+    (tests/test_apply_operator_kill.py): the refused rebalance's plan applied by the apply task of its run (the
+    operator alone, in a thread, through the Kafka connection; one move per batch), on_kill once the first batch's
+    throttle shows on the brokers. The batch in flight finishes, nothing else is submitted, no throttle and no
+    reassignment is left (kafka-python), the task fails saying so and the review record says "apply stopped"."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+    from kplan_airflow.operators import ApplyOperator
+
+    plan_dir = REFUSED["plan"]
+    plan_id = json.loads((plan_dir / "plan.json").read_text())["id"]
+    start = replicas_now(kraft)
+    op = ApplyOperator(task_id="apply", zk_conn_id=None, kafka_conn_id=CONN, throttle=50_000_000,
+                       max_concurrent_per_broker=1)
+    context = {"dag": SimpleNamespace(dag_id=REBALANCE), "run_id": REFUSED["run_id"],
+               "ti": SimpleNamespace(xcom_pull=lambda task_ids: {"plan_id": plan_id})}
+    ended: dict = {}
+
+    def task() -> None:
+        try:
+            ended["result"] = op.execute(context)
+        except BaseException as e:   # noqa: BLE001 - what the task ended with is the test's subject
+            ended["error"] = e
+
+    runner = threading.Thread(target=task, daemon=True)
+    runner.start()
+    poll(lambda: any(k.endswith(RATE_KEYS) for k in throttles_now(kraft)) or not runner.is_alive(), timeout=60,
+         every=0.05, what="the first batch's throttle on the brokers")
+    op.on_kill()
+    runner.join(60)
+    assert not runner.is_alive(), "the apply did not stop"
+    err = ended.get("error")
+    assert isinstance(err, AirflowFailException), ended
+    assert f"apply of {plan_id} stopped on request: " in str(err) and "none in flight" in str(err), str(err)
+    outcome = json.loads((plan_dir.parent / "apply" / "outcome.json").read_text())
+    assert outcome["state"] == "interrupted" and outcome["units_total"] >= 3, outcome
+    assert 1 <= outcome["units_done"] < outcome["units_total"], outcome
+    # Kafka, read without kplan: nothing moving, no throttle left, and some but not all of the plan's moves made
+    with kafka_admin(kraft) as a:
+        assert a.list_partition_reassignments() in ({}, []), "a reassignment was left in flight"
+    assert throttles_now(kraft) == {}
+    end = replicas_now(kraft)
+    targets = {(p["topic"], p["partition"]): p["replicas"]
+               for p in json.loads((plan_dir / "reassignment.json").read_text())["partitions"]}
+    done = [k for k, r in targets.items() if end[k] == r and start[k] != r]
+    assert 1 <= len(done) < len(targets), (done, targets)
+    assert (runs.read_json(plan_dir.parent / runs.REVIEW) or {})["status"] == "apply stopped"
 
 
 def test_no_ssl_key_password_in_any_task_log_run_folder_or_output(env, kraft):
