@@ -380,6 +380,7 @@ def verify_probe(req: VerifyRequest) -> dict[str, Any]:
 def brokers(req: BrokersRequest) -> tuple[BrokerRow, ...]:
     """Every broker that is registered or in maintenance, with its rack and maintenance state (read-only)."""
     from planner import maintenance as mt
+    from planner import maintenance_zk
 
     if (req.zk is None) == (req.snapshot is None):
         raise BadInput("give either a ZooKeeper connect string (zk) or a snapshot folder, not both")
@@ -390,7 +391,7 @@ def brokers(req: BrokersRequest) -> tuple[BrokerRow, ...]:
         from planner import zk as zkmod
 
         with zkmod.session(req.zk, auth=req.auth, timeout=req.timeout) as client:
-            rows = mt.statuses(client)
+            rows = maintenance_zk.statuses(client)
     return tuple(BrokerRow(r.broker, r.rack, r.registered, r.state, *(
         (r.entry.since, r.entry.who, r.entry.reason or None, r.entry.plan_id, r.entry.run) if r.entry else ()))
         for r in rows)
@@ -400,7 +401,7 @@ def clear_maintenance(req: ClearRequest) -> ClearOutcome:
     """Take `req.brokers` out of maintenance: one transaction under the apply lock. Refused, with nothing
     written, for a broker with no state, an unknown broker, another state than `req.state`, and a state a
     running apply holds (SafetyRefusal)."""
-    from planner import maintenance as mt
+    from planner import maintenance_zk
     from planner import zk as zkmod
 
     if not req.brokers:
@@ -408,7 +409,7 @@ def clear_maintenance(req: ClearRequest) -> ClearOutcome:
     zkmod.parse_connect(req.zk)
     with zkmod.session(req.zk, auth=req.auth, timeout=req.timeout) as client:
         zkmod.require_kafka(client)   # a mistyped chroot is named as such, before anything is written
-        changed = mt.clear(client, req.brokers, expect=req.state, reason=req.reason)
+        changed = maintenance_zk.clear(client, req.brokers, expect=req.state, reason=req.reason)
     cleared = tuple((c.broker, c.before.state if c.before else "in service") for c in changed)
     text = ", ".join(f"broker {b} was {st}" for b, st in cleared)
     return ClearOutcome(cleared, f"cleared: {text}; now in service")

@@ -1,26 +1,30 @@
 """Per-broker maintenance state, kept in the cluster beside the apply lock (docs/DESIGN.md "Maintenance lifecycle").
 
-    /kplan/maintenance/<broker id>   {"format": "kplan-maintenance/1", "broker": 1, "state": "drained",
-                                      "plan_id": "sha256:…", "run": "<run folder or DAG run>",
-                                      "by": {"user", "host", "command", "pid"}, "since": "…Z", "reason": "…"}
+One entry per broker in maintenance, the same JSON on both backends:
 
-No znode = the broker is in service. Every plan kind gives a broker in maintenance no replica and no preferred
-leadership (the snapshot reads these znodes; planning masks the brokers), except the plan that owns the state
+    {"format": "kplan-maintenance/1", "broker": 1, "state": "drained", "plan_id": "sha256:…",
+     "run": "<run folder or DAG run>", "by": {"user", "host", "command", "pid"}, "since": "…Z", "reason": "…"}
+
+No entry = the broker is in service. Every plan kind gives a broker in maintenance no replica and no preferred
+leadership (the snapshot reads the entries; planning masks the brokers), except the plan that owns the state
 (a follow-up drain of a drained broker; the return of a drained broker onto itself).
 
-Written only through the write gate (planner/zkgate.py): by an apply inside its own fenced transactions (the
-run record and the state in one transaction), by verify under the lock, and by `change` / `clear` below as one
-small transaction under the apply lock of their own. Read by anyone without the lock (`read_all`).
+This module is the single source of the rules, for both backends: the states, the legal moves between them and
+who may make them (`TRANSITIONS` and nothing else; Cruise Control's ExecutionTask.VALID_TRANSFER is the model:
+`check` refuses anything else before a byte is written), the entry's encoding, and `transition`, which turns
+a move into the entries to write (`Change`s). Where the entries live is a storage's business, and there are two
+of the same shape (kafka-kit's narrow interface is the model):
 
-The legal moves between states, and who may make them, are the table `TRANSITIONS` and nothing else (Cruise
-Control's ExecutionTask.VALID_TRANSFER is the model): `check` refuses anything else before a byte is written.
+| storage | where | written |
+|---|---|---|
+| planner.maintenance_zk (ZooKeeper mode) | znode `/kplan/maintenance/<id>` | through planner.zkgate.WriteGate only: ops for the caller's fenced multi-op |
+| planner.maintenance_kraft (KRaft) | key `maintenance/<id>` of the compacted `__kplan` topic | records for one of planner.execution.kraftstore's fenced transactions |
 
-API (small on purpose):
-    read_all(client) -> States                      every entry, with znode versions, no lock
-    set_ops(states, brokers, actor, to, ...) -> ops  the writes of one transition, for the caller's transaction
-    change(client, brokers, actor, to, ...)          a transition as its own locked transaction (e.g. restart)
-    clear(client, brokers, expect=...)               the operator's explicit clear (refuses a state a running
-                                                     apply holds)
+Each exposes `read_all(handle) -> States` (no lock), `ops(states, changes)` (the writes of one transition, for
+the caller's own fenced transaction: an apply writes them with its run record, a roll with its step),
+`set_ops(states, brokers, actor, to, ...)` (`ops` of `transition`), `change(handle, ...)` (a transition as its
+own fenced transaction), `clear(handle, brokers, expect=...)` (the operator's explicit clear, refusing a state
+a live apply holds) and `statuses(handle)` (`kplan brokers`); `handle` is a KazooClient or a kraftstore.Store.
 """
 
 from __future__ import annotations
@@ -28,28 +32,20 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-
 from planner import codec
-from planner import zk as zkmod
 from planner.errors import BadInput, NextStep, SafetyRefusal
 from planner.execution import runstate
-from planner.execution.lock import ApplyLock, holder
-from planner.execution.runstate import LOCK_PATH, describe_holder
-from planner.zkgate import NAMESPACE, Op, WriteGate
 
 log = logging.getLogger(__name__)
 
 FORMAT = "kplan-maintenance/1"
-ROOT = f"{NAMESPACE}/maintenance"
 
 DRAINING, DRAINED, RESTARTING, RETURNING = "draining", "drained", "restarting", "returning"
-UNKNOWN = "unknown"   # a znode that is not a valid entry: treated as in maintenance until someone clears it
+UNKNOWN = "unknown"   # a stored entry that does not parse: treated as in maintenance until someone clears it
 STATES = (DRAINING, DRAINED, RESTARTING, RETURNING)
 
 # Who moves a broker between states.
@@ -60,7 +56,7 @@ RETURN_VERIFY = "return-verify"    # verify of a return plan, once converged and
 RESTART = "restart"                # the restart roll (kplan plan restart / DAG kafka_broker_restart)
 OPERATOR = "operator"              # `kplan maintenance clear`: the explicit act
 
-# actor -> {from state (None: in service) -> states it may go to (None: in service, the znode deleted)}
+# actor -> {from state (None: in service) -> states it may go to (None: in service, the entry deleted)}
 TRANSITIONS: Mapping[str, Mapping[str | None, frozenset[str | None]]] = {
     # a drain starts on a broker in service, resumes itself, or follows up an earlier drain (whatever
     # appeared on the broker since), or drains a broker whose return stopped half way
@@ -81,18 +77,14 @@ class MaintenanceConflict(SafetyRefusal):
     """A transition the table does not allow (or one that belongs to another plan): nothing was written."""
 
 
-def path(broker: int) -> str:
-    return f"{ROOT}/{int(broker)}"
-
-
 def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One broker's maintenance state. `version` is the znode's (for conditional writes), -1 when not read
-    from ZooKeeper (a snapshot's manifest)."""
+    """One broker's maintenance state. `version` is the znode's (for ZooKeeper's conditional writes), -1 when
+    not read from ZooKeeper (KRaft, whose fence is the transactional producer's epoch; a snapshot's manifest)."""
 
     broker: int
     state: str
@@ -123,7 +115,7 @@ class Entry:
 
 @dataclass(frozen=True)
 class States:
-    """Every broker's entry (brokers in service have none) and whether the parents exist."""
+    """Every broker's entry (brokers in service have none) and, on ZooKeeper, whether the parent znodes exist."""
 
     entries: Mapping[int, Entry]
     root_exists: bool = False
@@ -141,14 +133,30 @@ def encode(e: Entry) -> bytes:
     return codec.dumps(e.as_dict())
 
 
-def decode(name: str, data: bytes | None, version: int = -1) -> Entry | None:
-    """The entry in znode `ROOT/<name>`; None when `name` is not a broker id. A znode that is not a valid
-    entry is not ignored: it comes back as state `unknown` (in maintenance until cleared), saying why."""
+def broker_id(name: str) -> int | None:
+    """The broker id a storage's name for an entry ends in (`1` of `/kplan/maintenance/1` or `maintenance/1`)."""
     if not (name.isascii() and name.isdigit()) or int(name) >= 2**31:
         return None
-    broker = int(name)
+    return int(name)
+
+
+def decode(name: str, data: bytes | str | None, version: int = -1, where: str | None = None) -> Entry | None:
+    """The entry stored under `name` (a broker id) as bytes; None when `name` is not one. `where` names the place
+    in the error (the znode, the `__kplan` key). A stored entry that is not valid is not ignored: it comes back
+    as state `unknown` (in maintenance until cleared), saying why, on either backend."""
+    broker = broker_id(name)
+    if broker is None:
+        return None
     try:
         doc = json.loads(data or b"")
+    except ValueError as e:
+        return _unknown(broker, where, e, version)
+    return from_doc(broker, doc, version, where)
+
+
+def from_doc(broker: int, doc: Any, version: int = -1, where: str | None = None) -> Entry:
+    """The entry of `broker` from its parsed JSON (`unknown`, saying why, when it is not a valid entry)."""
+    try:
         if not isinstance(doc, dict):
             raise ValueError("not a JSON object")
         if doc.get("format") != FORMAT:
@@ -157,13 +165,18 @@ def decode(name: str, data: bytes | None, version: int = -1) -> Entry | None:
         if state not in STATES:
             raise ValueError(f"state {state!r} is not one of {', '.join(STATES)}")
         if doc.get("broker") != broker:
-            raise ValueError(f"broker {doc.get('broker')!r} does not match the znode's name")
-        by = doc.get("by") if isinstance(doc.get("by"), dict) else {}
-        return Entry(broker, state, _str(doc.get("plan_id")), _str(doc.get("run")), by, _str(doc.get("since")),
-                     str(doc.get("reason") or ""), version)
+            raise ValueError(f"broker {doc.get('broker')!r} does not match its name")
     except ValueError as e:
-        return Entry(broker, UNKNOWN, reason=f"{path(broker)} is not a valid maintenance entry ({e}); clearing broker "
-                                             f"{broker}'s maintenance state removes it", version=version)
+        return _unknown(broker, where, e, version)
+    by = doc.get("by") if isinstance(doc.get("by"), dict) else {}
+    return Entry(broker, state, _str(doc.get("plan_id")), _str(doc.get("run")), by, _str(doc.get("since")),
+                 str(doc.get("reason") or ""), version)
+
+
+def _unknown(broker: int, where: str | None, error: ValueError, version: int) -> Entry:
+    where = where or f"broker {broker}'s maintenance entry"
+    return Entry(broker, UNKNOWN, reason=f"{where} is not a valid maintenance entry ({error}); clearing broker "
+                                         f"{broker}'s maintenance state removes it", version=version)
 
 
 def _str(v: Any) -> str | None:
@@ -186,28 +199,6 @@ def from_manifest(section: Any) -> dict[int, Entry]:
 def manifest_section(entries: Mapping[int, Entry]) -> list[dict[str, Any]]:
     """What a snapshot's manifest records (docs/SNAPSHOT.md): one object per broker in maintenance."""
     return [{k: v for k, v in entries[b].as_dict().items() if k != "format"} for b in sorted(entries)]
-
-
-# ------------------------------------------------------------------------------------------ reading
-def read_all(client: KazooClient) -> States:
-    """Every broker's maintenance state, read without the lock."""
-    namespace = client.exists(NAMESPACE) is not None
-    try:
-        names = client.get_children(ROOT)
-    except NoNodeError:
-        return States({}, False, namespace)
-    entries: dict[int, Entry] = {}
-    for name in sorted(names):
-        try:
-            data, stat = client.get(f"{ROOT}/{name}")
-        except NoNodeError:
-            continue
-        e = decode(name, data, stat.version)
-        if e is None:
-            log.warning("ignoring %s/%s: not a broker id", ROOT, name)
-            continue
-        entries[e.broker] = e
-    return States(entries, True, True)
 
 
 # ------------------------------------------------------------------------------------------ transitions
@@ -240,20 +231,30 @@ def _advice(current: Entry | None, actor: str) -> str:
         current.state, "clear its maintenance state first if it is back in service")
 
 
-def set_ops(states: States, brokers: Iterable[int], actor: str, to: str | None, *, plan_id: str | None,
-            run: str | None = None, reason: str = "", by: Mapping[str, Any] | None = None) -> list[Op]:
-    """The writes that move `brokers` to `to` (None: clear), checked against the table, for one transaction of
-    the caller's (conditional on each znode's version, so a concurrent change fails the whole transaction).
-    A broker already in `to` for the same plan is left as it is (its `since` stays); when the same plan moves
-    it on (draining -> drained), its run, who and why stay."""
-    ops: list[Op] = []
-    creates = False
-    for b in sorted({int(x) for x in brokers}):
+@dataclass(frozen=True)
+class Change:
+    """One broker's entry before and after a transition (`after` None: back in service, the entry deleted)."""
+
+    broker: int
+    before: Entry | None
+    after: Entry | None
+
+
+def transition(states: States, brokers: Iterable[int], actor: str, to: str | None, *, plan_id: str | None,
+               run: str | None = None, reason: str = "", by: Mapping[str, Any] | None = None) -> list[Change]:
+    """The entries that move `brokers` to `to` (None: clear), every move checked against the table first (one
+    refused: MaintenanceConflict, nothing to write). A broker already in `to` for the same plan is left as it
+    is (its `since` stays); when the same plan moves it on (draining -> drained), its run, who and why stay.
+    A storage's `ops` turns the changes into its writes, for one fenced transaction."""
+    out: list[Change] = []
+    ids = sorted({int(x) for x in brokers})
+    for b in ids:
+        check(states.get(b), actor, to, plan_id)
+    for b in ids:
         cur = states.get(b)
-        check(cur, actor, to, plan_id)
         if to is None:
             if cur is not None:
-                ops.append(Op("delete", path(b), version=cur.version))
+                out.append(Change(b, cur, None))
             continue
         if cur is not None and cur.state == to and cur.plan_id == plan_id:
             continue
@@ -261,14 +262,8 @@ def set_ops(states: States, brokers: Iterable[int], actor: str, to: str | None, 
             entry = Entry(b, to, plan_id, run or cur.run, dict(cur.by or by or {}), now_iso(), reason or cur.reason)
         else:
             entry = Entry(b, to, plan_id, run, dict(by or {}), now_iso(), reason)
-        if cur is None:
-            ops.append(Op("create", path(b), encode(entry)))
-            creates = True
-        else:
-            ops.append(Op("set", path(b), encode(entry), cur.version))
-    if creates and not states.root_exists:
-        ops = ([] if states.namespace_exists else [Op("create", NAMESPACE)]) + [Op("create", ROOT)] + ops
-    return ops
+        out.append(Change(b, cur, entry))
+    return out
 
 
 def identity(command: str) -> dict[str, Any]:
@@ -277,7 +272,7 @@ def identity(command: str) -> dict[str, Any]:
     return {"user": i["user"], "host": i["host"], "command": f"kplan {command}", "pid": i["pid"]}
 
 
-# ------------------------------------------------------------------------------------------ own transactions
+# ------------------------------------------------------------------------------------------ either storage's own transactions
 @dataclass(frozen=True)
 class Changed:
     broker: int
@@ -285,102 +280,45 @@ class Changed:
     after: str | None
 
 
-def change(client: KazooClient, brokers: Iterable[int], actor: str, to: str | None, *, plan_id: str | None,
-           run: str | None = None, reason: str = "", command: str = "maintenance", lock_wait: float = 0.0,
-           gate: WriteGate | None = None) -> list[Changed]:
-    """Move `brokers` to `to` as one small transaction under the apply lock (taken and released here; refused,
-    naming the holder, while another kplan holds it). Every refusal comes before the first write. With a
-    `gate` that already holds the lock (the caller's apply), the transaction is fenced by that lock instead."""
-    ids = sorted({int(b) for b in brokers})
-    if not ids:
-        raise BadInput("no broker given")
-    zkmod.require_kafka(client)
-    zkmod.refuse_kraft_migration(client)
-    by = identity(command)
-    if gate is not None and gate.fence is not None:
-        return _commit(gate, read_all(client), ids, actor, to, plan_id, run, reason, by)
-    set_ops(read_all(client), ids, actor, to, plan_id=plan_id, run=run, reason=reason, by=by)  # refuse early
-    who = holder(client)
-    if who and not lock_wait:
-        raise SafetyRefusal(f"another kplan holds the lock: {who}; broker maintenance state changes only under "
-                            "the lock; nothing was written")
-    gate = WriteGate(client)
-    lock = ApplyLock(gate, command, plan_id or "-")
-    lock.acquire(lock_wait)
-    try:
-        return _commit(gate, read_all(client), ids, actor, to, plan_id, run, reason, by)
-    finally:
-        lock.release()
-
-
-def _commit(gate: WriteGate, states: States, ids: list[int], actor: str, to: str | None, plan_id: str | None,
-            run: str | None, reason: str, by: Mapping[str, Any]) -> list[Changed]:
-    ops = set_ops(states, ids, actor, to, plan_id=plan_id, run=run, reason=reason, by=by)
-    if ops:
-        try:
-            gate.commit(ops)
-        except (BadVersionError, NodeExistsError, NoNodeError):
-            raise SafetyRefusal(f"the maintenance state of brokers {ids} changed while it was being written; "
-                                "nothing was written", next_steps=(NextStep("brokers", "shows them as they are now"),)
-                                ) from None
-    out = [Changed(b, states.get(b), to) for b in ids]
+def report(ids: Iterable[int], states: States, actor: str, to: str | None) -> list[Changed]:
+    """What a storage's own transaction did to each broker asked for (logged: library code logs, the CLI
+    presents)."""
+    out = [Changed(b, states.get(b), to) for b in sorted({int(i) for i in ids})]
     for c in out:
         log.info("maintenance: broker %d %s -> %s (%s)", c.broker, c.before.state if c.before else "in service",
                  to or "in service", actor)
     return out
 
 
-def held_by(client: KazooClient, entry: Entry) -> str | None:
-    """The running apply holding `entry`: the lock's holder is the plan that set the state. Described, or None."""
-    if not entry.plan_id:
-        return None
-    try:
-        children = client.get_children(LOCK_PATH)
-    except NoNodeError:
-        return None
-    for c in sorted((c for c in children if c[-10:].isdigit()), key=lambda n: n[-10:]):
-        try:
-            data, _ = client.get(f"{LOCK_PATH}/{c}")
-        except NoNodeError:
-            continue   # left meanwhile: the next one holds it
-        try:
-            h = json.loads(data)
-        except ValueError:
-            return None
-        if isinstance(h, dict) and h.get("plan_id") == entry.plan_id:
-            return describe_holder(data)
-        return None
-    return None
-
-
-def clear(client: KazooClient, brokers: Iterable[int], expect: str | None = None,
-          reason: str = "") -> list[Changed]:
-    """The operator's explicit clear: each broker must be in maintenance (in `expect` when given), and no
-    running apply may hold its state. One transaction under the lock; nothing written on any refusal."""
+def clear_args(brokers: Iterable[int], expect: str | None) -> list[int]:
+    """The operator's clear, its arguments checked before any connection: the broker ids, sorted."""
     ids = sorted({int(b) for b in brokers})
     if not ids:
         raise BadInput("name the brokers whose maintenance state to clear")
     if expect is not None and expect not in (*STATES, UNKNOWN):
         raise BadInput(f"state {expect!r} is not one of {', '.join((*STATES, UNKNOWN))}")
-    zkmod.require_kafka(client)
-    states = read_all(client)
-    registered = {int(c) for c in (client.get_children(codec.BROKER_IDS) if client.exists(codec.BROKER_IDS) else [])
-                  if c.isdigit()}
+    return ids
+
+
+def check_clear(states: States, ids: list[int], expect: str | None, registered: Iterable[int],
+                held_by: Callable[[Entry], str | None]) -> None:
+    """The operator's clear, refused before anything is written: each broker must be in maintenance (in `expect`
+    when given), and no running apply may hold its state (`held_by` names it: the backend's lock)."""
+    known = set(registered)
     in_maint = ", ".join(f"{b} {e.state}" for b, e in sorted(states.entries.items())) or "none"
     for b in ids:
         e = states.get(b)
         if e is None:
-            what = "is not in maintenance" if b in registered else "is not a registered broker and has no " \
-                                                                   "maintenance state"
+            what = "is not in maintenance" if b in known else "is not a registered broker and has no " \
+                                                              "maintenance state"
             raise BadInput(f"broker {b} {what}: nothing to clear (brokers in maintenance: {in_maint}); nothing "
                            "was written")
         if expect is not None and e.state != expect:
             raise BadInput(f"broker {b} is {e.state}, not {expect}: nothing was cleared ({e.describe()})")
-        who = held_by(client, e)
+        who = held_by(e)
         if who:
             raise SafetyRefusal(f"broker {b} is {e.state} for {who}, which is running: stop it first; nothing was "
                                 "cleared", next_steps=(NextStep("cancel", "stops it"),))
-    return change(client, ids, OPERATOR, None, plan_id=None, reason=reason, command="maintenance clear")
 
 
 # ------------------------------------------------------------------------------------------ the brokers' view
@@ -398,26 +336,8 @@ class BrokerStatus:
         return self.entry.state if self.entry else "in service"
 
 
-def statuses(client: KazooClient) -> list[BrokerStatus]:
-    """Registered brokers (with their racks) and brokers in maintenance, read now, without the lock."""
-    zkmod.require_kafka(client)
-    racks: dict[int, str | None] = {}
-    try:
-        ids = client.get_children(codec.BROKER_IDS)
-    except NoNodeError:
-        ids = []
-    for name in ids:
-        if not (name.isascii() and name.isdigit()):
-            continue
-        b = int(name)
-        try:
-            data, _ = client.get(codec.broker_path(b))
-            racks[b] = codec.decode_broker(b, data).rack
-        except NoNodeError:
-            continue
-        except BadInput:
-            racks[b] = None   # registered, details malformed
-    entries = read_all(client).entries
+def statuses_of(racks: Mapping[int, str | None], entries: Mapping[int, Entry]) -> list[BrokerStatus]:
+    """The rows of `kplan brokers`: registered brokers (`racks`) and brokers in maintenance."""
     return [BrokerStatus(b, racks.get(b), b in racks, entries.get(b)) for b in sorted(set(racks) | set(entries))]
 
 

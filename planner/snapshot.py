@@ -30,7 +30,7 @@ from typing import Any
 from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from planner import codec, kafka_admin, logdirs, maintenance
+from planner import codec, kafka_admin, logdirs, maintenance_zk
 from planner import snapshot_io as sio
 from planner import zk as zkmod
 from planner.cluster_reader import ClusterReader
@@ -114,7 +114,7 @@ class _Rounds:
                 admin = True
             elif p in (codec.CONTROLLER, codec.CONTROLLER_EPOCH, codec.MIGRATION):
                 controller = True
-            elif p == maintenance.ROOT or p.startswith(maintenance.ROOT + "/"):
+            elif p == maintenance_zk.ROOT or p.startswith(maintenance_zk.ROOT + "/"):
                 in_maintenance = True
         r, read = self.reader, self.read
         if controller:

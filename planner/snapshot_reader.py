@@ -26,7 +26,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoAuthError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from planner import codec, maintenance, zkbulk, zkcolumns
+from planner import codec, maintenance, maintenance_zk, zkbulk, zkcolumns
 from planner import zk as zkmod
 from planner.errors import BadInput, CodecError, PlannerError, ZkUnavailable
 from planner.snapshot_io import list_to_matrix
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 # Subtrees whose changes matter to a snapshot (persistent recursive watches on ZooKeeper >= 3.6).
 WATCH_ROOTS = ("/brokers", "/admin", "/config/topics", "/config/brokers", codec.CONTROLLER,
-               codec.CONTROLLER_EPOCH, codec.MIGRATION, maintenance.ROOT)
+               codec.CONTROLLER_EPOCH, codec.MIGRATION, maintenance_zk.ROOT)
 WORKER_CHUNK = 250_000              # partition states per worker task
 
 T = TypeVar("T")
@@ -376,16 +376,17 @@ class ZkReader:
         return AdminRecord(tuple(reassignment), tuple(preferred), tuple(deleting))
 
     def maintenance(self) -> Mapping[int, maintenance.Entry]:
-        """The planner's per-broker maintenance state (planner/maintenance.py), empty when none."""
-        names = sorted(self._children(maintenance.ROOT) or [])
-        paths = [f"{maintenance.ROOT}/{n}" for n in names]
+        """The planner's per-broker maintenance state (planner/maintenance.py; its znodes:
+        planner/maintenance_zk.py), empty when none."""
+        names = sorted(self._children(maintenance_zk.ROOT) or [])
+        paths = [f"{maintenance_zk.ROOT}/{n}" for n in names]
         reads = self.reader.get_many(paths)
         self._check_reads(reads, paths)
         out: dict[int, maintenance.Entry] = {}
         for i, n in enumerate(names):
             if reads.err[i]:
                 continue
-            e = maintenance.decode(n, reads.data[i])
+            e = maintenance_zk.decode(n, reads.data[i])
             if e is not None:
                 out[e.broker] = e
         return MappingProxyType(out)

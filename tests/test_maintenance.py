@@ -1,5 +1,6 @@
-"""planner/maintenance.py on a real ZooKeeper: the transition table, entries written and read back, the
-operator's clear and its refusals (nothing written on any of them), the fence and version conditions."""
+"""planner/maintenance.py (the table) and planner/maintenance_zk.py (its znodes) on a real ZooKeeper: the
+transition table, entries written and read back, the operator's clear and its refusals (nothing written on any
+of them), the fence and version conditions."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from kazoo.exceptions import BadVersionError
 
 from planner import loader
 from planner import maintenance as mt
+from planner import maintenance_zk as zkm
 from planner.errors import BadInput, SafetyRefusal
 from planner.execution.lock import ApplyLock
 from planner.zkgate import Op, WriteGate, check_write
@@ -71,8 +73,8 @@ def _setup(zk_client) -> Checker:
 
 def test_entries_written_in_a_locked_transaction_read_back_by_anyone(zk_client):
     check = _setup(zk_client)
-    assert mt.read_all(zk_client).entries == {}
-    got = mt.change(zk_client, [2, 1], "restart", "restarting", plan_id=PLAN, run="runs/r1", reason="OS patch",
+    assert zkm.read_all(zk_client).entries == {}
+    got = zkm.change(zk_client, [2, 1], "restart", "restarting", plan_id=PLAN, run="runs/r1", reason="OS patch",
                     command="restart")
     assert [(c.broker, c.before, c.after) for c in got] == [(1, None, "restarting"), (2, None, "restarting")]
     raw = check.json("/kplan/maintenance/1")
@@ -80,24 +82,24 @@ def test_entries_written_in_a_locked_transaction_read_back_by_anyone(zk_client):
     assert (raw["plan_id"], raw["run"], raw["reason"]) == (PLAN, "runs/r1", "OS patch")
     assert raw["by"]["command"] == "kplan restart" and raw["by"]["user"] and raw["since"].endswith("Z")
     assert check.lock_holders() == []          # the lock was taken and released
-    states = mt.read_all(zk_client)
+    states = zkm.read_all(zk_client)
     assert states.brokers() == [1, 2] and states.get(1).state == "restarting" and states.get(1).version == 0
     # the same state for the same plan again writes nothing (its `since` stays)
     before = check.tree("/kplan/maintenance")
-    mt.change(zk_client, [1], "restart", "restarting", plan_id=PLAN, command="restart")
+    zkm.change(zk_client, [1], "restart", "restarting", plan_id=PLAN, command="restart")
     assert check.tree("/kplan/maintenance") == before
     # its owner takes it out again; another plan may not
     with pytest.raises(mt.MaintenanceConflict):
-        mt.change(zk_client, [2], "restart", None, plan_id=OTHER, command="restart")
-    mt.change(zk_client, [1, 2], "restart", None, plan_id=PLAN, command="restart")
+        zkm.change(zk_client, [2], "restart", None, plan_id=OTHER, command="restart")
+    zkm.change(zk_client, [1, 2], "restart", None, plan_id=PLAN, command="restart")
     assert zk_client.get_children("/kplan/maintenance") == []
 
 
 def test_every_write_is_one_the_gate_allows_and_is_conditional():
     states = mt.States({1: mt.Entry(1, "draining", PLAN, version=4)}, True, True)
-    ops = mt.set_ops(states, [1], "drain-verify", "drained", plan_id=PLAN)
+    ops = zkm.set_ops(states, [1], "drain-verify", "drained", plan_id=PLAN)
     assert [(o.kind, o.path, o.version) for o in ops] == [("set", "/kplan/maintenance/1", 4)]
-    ops = mt.set_ops(mt.States({}, False, False), [3], "drain-apply", "draining", plan_id=PLAN)
+    ops = zkm.set_ops(mt.States({}, False, False), [3], "drain-apply", "draining", plan_id=PLAN)
     assert [(o.kind, o.path) for o in ops] == [("create", "/kplan"), ("create", "/kplan/maintenance"),
                                                ("create", "/kplan/maintenance/3")]
     for o in ops:
@@ -106,17 +108,17 @@ def test_every_write_is_one_the_gate_allows_and_is_conditional():
 
 def test_a_stale_version_fails_the_whole_transaction(zk_client):
     check = _setup(zk_client)
-    mt.change(zk_client, [1], "restart", "restarting", plan_id=PLAN, command="restart")
-    stale = mt.read_all(zk_client)
-    mt.change(zk_client, [1], "restart", None, plan_id=PLAN, command="restart")
-    mt.change(zk_client, [1], "restart", "restarting", plan_id=OTHER, command="restart")   # version 0 again
+    zkm.change(zk_client, [1], "restart", "restarting", plan_id=PLAN, command="restart")
+    stale = zkm.read_all(zk_client)
+    zkm.change(zk_client, [1], "restart", None, plan_id=PLAN, command="restart")
+    zkm.change(zk_client, [1], "restart", "restarting", plan_id=OTHER, command="restart")   # version 0 again
     zk_client.set("/kplan/maintenance/1", zk_client.get("/kplan/maintenance/1")[0])        # version 1
     before = check.tree("/kplan/maintenance")
     gate = WriteGate(zk_client)
     lock = ApplyLock(gate, "test", PLAN)
     lock.acquire()
     try:
-        ops = mt.set_ops(stale, [1], "restart", None, plan_id=PLAN)
+        ops = zkm.set_ops(stale, [1], "restart", None, plan_id=PLAN)
         with pytest.raises(BadVersionError):
             gate.commit(ops + [Op("create", "/kplan/other")])
     finally:
@@ -126,18 +128,18 @@ def test_a_stale_version_fails_the_whole_transaction(zk_client):
 
 def test_clear_names_what_it_clears_and_refuses_what_it_must(zk_client):
     check = _setup(zk_client)
-    mt.change(zk_client, [1], "restart", "restarting", plan_id=PLAN, command="restart")
+    zkm.change(zk_client, [1], "restart", "restarting", plan_id=PLAN, command="restart")
     before = _tree(check)
     # a broker with no state, an unknown broker, the wrong state named: bad input, nothing written
     with pytest.raises(BadInput, match=r"broker 2 is not in maintenance: nothing to clear \(brokers in "
                                        r"maintenance: 1 restarting\)"):
-        mt.clear(zk_client, [2])
+        zkm.clear(zk_client, [2])
     with pytest.raises(BadInput, match="broker 99 is not a registered broker and has no maintenance state"):
-        mt.clear(zk_client, [99])
+        zkm.clear(zk_client, [99])
     with pytest.raises(BadInput, match="broker 1 is restarting, not drained: nothing was cleared"):
-        mt.clear(zk_client, [1], expect="drained")
+        zkm.clear(zk_client, [1], expect="drained")
     with pytest.raises(BadInput, match="not one of"):
-        mt.clear(zk_client, [1], expect="gone")
+        zkm.clear(zk_client, [1], expect="gone")
     # the plan that set the state holds the lock (a running apply): refused, naming it
     gate = WriteGate(zk_client)
     running = ApplyLock(gate, "apply", PLAN)
@@ -145,7 +147,7 @@ def test_clear_names_what_it_clears_and_refuses_what_it_must(zk_client):
     try:
         with pytest.raises(SafetyRefusal, match=r"broker 1 is restarting for kplan apply of plan sha256:a+ "
                                                 r"\(pid \d+ .*which is running: stop it first"):
-            mt.clear(zk_client, [1])
+            zkm.clear(zk_client, [1])
         assert _tree(check) == before and len(check.lock_holders()) == 1   # only the running apply's
     finally:
         running.release()
@@ -154,12 +156,12 @@ def test_clear_names_what_it_clears_and_refuses_what_it_must(zk_client):
     other.acquire()
     try:
         with pytest.raises(SafetyRefusal, match="another kplan holds the lock: kplan apply of plan sha256:b"):
-            mt.clear(zk_client, [1])
+            zkm.clear(zk_client, [1])
         assert len(check.lock_holders()) == 1
     finally:
         other.release()
     assert _tree(check) == before
-    got = mt.clear(zk_client, [1], expect="restarting")
+    got = zkm.clear(zk_client, [1], expect="restarting")
     assert [(c.broker, c.before.state, c.after) for c in got] == [(1, "restarting", None)]
     assert not check.exists("/kplan/maintenance/1") and check.lock_holders() == []
 
@@ -169,17 +171,17 @@ def test_a_malformed_entry_counts_as_in_maintenance_until_cleared(zk_client):
     zk_client.ensure_path("/kplan/maintenance")
     zk_client.create("/kplan/maintenance/2", b'{"state":"off"}')
     zk_client.create("/kplan/maintenance/notes", b"x")
-    e = mt.read_all(zk_client).get(2)
+    e = zkm.read_all(zk_client).get(2)
     assert e.state == "unknown" and "not a valid maintenance entry" in e.reason
-    assert list(mt.read_all(zk_client).entries) == [2]
-    mt.clear(zk_client, [2], expect="unknown")
-    assert mt.read_all(zk_client).entries == {}
+    assert list(zkm.read_all(zk_client).entries) == [2]
+    zkm.clear(zk_client, [2], expect="unknown")
+    assert zkm.read_all(zk_client).entries == {}
 
 
 def test_nothing_is_written_to_a_chroot_without_kafka(zk_client):
     before = Checker(zk_client).tree()
     with pytest.raises(BadInput, match="no Kafka cluster"):
-        mt.change(zk_client, [1], "restart", "restarting", plan_id=PLAN, command="restart")
+        zkm.change(zk_client, [1], "restart", "restarting", plan_id=PLAN, command="restart")
     assert Checker(zk_client).tree() == before
 
 
@@ -208,9 +210,9 @@ def test_verify_sets_drained_only_when_the_drain_holds_and_only_for_its_own_plan
     lock = ApplyLock(gate, "apply", PLAN)
     lock.acquire()
     try:
-        gate.commit(mt.set_ops(mt.read_all(zk_client), [1], "drain-apply", "draining", plan_id=PLAN, run="/r",
+        gate.commit(zkm.set_ops(zkm.read_all(zk_client), [1], "drain-apply", "draining", plan_id=PLAN, run="/r",
                                reason="why"))
-        gate.commit(mt.set_ops(mt.read_all(zk_client), [2], "drain-apply", "draining", plan_id=OTHER))
+        gate.commit(zkm.set_ops(zkm.read_all(zk_client), [2], "drain-apply", "draining", plan_id=OTHER))
         before = check.tree("/kplan/maintenance")
         out = lifecycle.after_verify(zk_client, gate, plan, True, {"holds": False, "remaining": ["late-0"]})
         assert out["set"] == {} and "1 partitions still on it" in out["kept"]["1"]

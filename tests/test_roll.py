@@ -218,9 +218,10 @@ def test_the_demotion_does_not_hand_leadership_to_a_broker_in_maintenance(cluste
     """orders-0 [1,2,3] is led by broker 1; its next in-sync replica is broker 2, but broker 2 is in maintenance
     (draining: it gets no preferred leadership from any other plan), so while broker 1 restarts broker 3 leads."""
     from planner import maintenance as mt
+    from planner.maintenance_zk import ROOT
 
     env = cluster(DESC, **FAST)
-    env.zk.create(f"{mt.ROOT}/2", mt.encode(mt.Entry(2, mt.DRAINING, reason="test: a drain in progress")),
+    env.zk.create(f"{ROOT}/2", mt.encode(mt.Entry(2, mt.DRAINING, reason="test: a drain in progress")),
                   makepath=True)
     plan = plan_for(env, tmp_path, (1,))
     seen: dict = {}

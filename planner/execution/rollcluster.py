@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from planner import codec
+from planner import codec, maintenance_zk
 from planner import maintenance as mt
 from planner.errors import SafetyRefusal
 from planner.execution import election, preflight, rollgates
@@ -221,10 +221,10 @@ class ZkRollCluster:
         return preflight.describe_foreign(z) if z.exists else None
 
     def maintenance(self) -> mt.States:
-        return self.read(lambda: mt.read_all(self.client))
+        return self.read(lambda: maintenance_zk.read_all(self.client))
 
     def maintenance_writes(self, states: mt.States, broker: int, to: str | None, **kw: Any) -> list[Write]:
-        return list(mt.set_ops(states, [broker], mt.RESTART, to, **kw))
+        return list(maintenance_zk.set_ops(states, [broker], mt.RESTART, to, **kw))
 
     # ---------------------------------------------------------------------------------- protect / undo
     def check_protect(self, plan: RunPlan) -> None:
