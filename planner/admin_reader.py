@@ -14,6 +14,7 @@ backend was read. The requests, each sent by kafka-python 3.0.12 (planner.kraft_
 | topic configs                 | DescribeConfigs (topic overrides: DYNAMIC_TOPIC_CONFIG) | TopicRecord.config           |
 | broker configs                | DescribeConfigs of each broker and the cluster default entity ("") | broker_configs   |
 | reassignments                 | ListPartitionReassignments (KIP-455)           | AdminRecord + adding/removing columns |
+| brokers in maintenance        | `__kplan` read to its end, read_committed (Fetch, KIP-98) | maintenance (planner/maintenance_kraft.py) |
 
 What the Admin API does not expose is said, never guessed: a broker's epoch (-1), a partition's partition
 epoch (`state_version` -1) and its leader recovery state (0), the controller epoch (the quorum's leader epoch
@@ -44,9 +45,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from planner import codec
+from planner import codec, maintenance_kraft
 from planner import kafka_config as kc
 from planner.errors import BadInput, KafkaUnavailable
+from planner.execution.kraftstore import TOPIC
 from planner.kafka_admin import KafkaSecurity
 from planner.kraft_dtp import Sweep
 from planner.snapshot_assembly import ClusterRead, Consistency
@@ -176,8 +178,11 @@ class AdminClusterReader:
         topics = self._topics(parts, reassigning, configs)
         admin = AdminRecord(tuple(codec.ReassignEntry(t, p, tuple(r["target"]))
                                   for (t, p), r in sorted(reassigning.items())), (), ())
+        say(f"reading the brokers' maintenance state ({TOPIC}, read_committed)")
+        in_maintenance = maintenance_kraft.read_entries(self.bootstrap, self.security, self.timeout, self.admin,
+                                                        parts.topics)
         return ClusterRead(controller, brokers, broker_configs, admin, topics,
-                           Consistency(rounds, rereads, consistent, "admin-api", 0, 0), maintenance={})
+                           Consistency(rounds, rereads, consistent, "admin-api", 0, 0), maintenance=in_maintenance)
 
     def close(self) -> None:
         if self.admin is not None:

@@ -10,7 +10,8 @@
     verify(VerifyRequest)          -> VerifyOutcome      converged? elect, remove throttles, report.json
     verify_probe(VerifyRequest)    -> dict               converged yet? one read-only pass (a deferred wait)
     cancel(CancelRequest)          -> CancelOutcome      stop (or revert) a running apply
-    brokers(BrokersRequest)        -> BrokerRow, ...     brokers and their maintenance state (read-only)
+    brokers(BrokersRequest)        -> BrokerRow, ...     brokers and their maintenance state (read-only;
+                                                         ZooKeeper, KRaft or a snapshot)
     clear_maintenance(ClearRequest) -> ClearOutcome      the explicit act that ends a broker's maintenance
     roll(RollRequest)              -> RollOutcome        a restart plan carried out, broker by broker
     read_snapshot(path), read_plan(path), RunFolder
@@ -380,14 +381,22 @@ def verify_probe(req: VerifyRequest) -> dict[str, Any]:
 def brokers(req: BrokersRequest) -> tuple[BrokerRow, ...]:
     """Every broker that is registered or in maintenance, with its rack and maintenance state (read-only)."""
     from planner import maintenance as mt
-    from planner import maintenance_zk
 
-    if (req.zk is None) == (req.snapshot is None):
-        raise BadInput("give either a ZooKeeper connect string (zk) or a snapshot folder, not both")
+    if sum(x is not None for x in (req.zk, req.bootstrap, req.snapshot)) != 1:
+        raise BadInput("give exactly one of a ZooKeeper connect string (zk), Kafka bootstrap servers (bootstrap) "
+                       "or a snapshot folder")
     if req.snapshot is not None:
         snap = read_snapshot(req.snapshot)
         rows = mt.statuses_in_snapshot(snap.brokers, snap.manifest)
+    elif req.bootstrap is not None:
+        from planner import maintenance_kraft
+        from planner.execution import kraftsteps
+
+        kraftsteps.check_bootstrap(req.bootstrap, req.kafka_timeout)
+        with kraftsteps.session(req) as store:
+            rows = maintenance_kraft.statuses(store)
     else:
+        from planner import maintenance_zk
         from planner import zk as zkmod
 
         with zkmod.session(req.zk, auth=req.auth, timeout=req.timeout) as client:
@@ -398,18 +407,30 @@ def brokers(req: BrokersRequest) -> tuple[BrokerRow, ...]:
 
 
 def clear_maintenance(req: ClearRequest) -> ClearOutcome:
-    """Take `req.brokers` out of maintenance: one transaction under the apply lock. Refused, with nothing
-    written, for a broker with no state, an unknown broker, another state than `req.state`, and a state a
-    running apply holds (SafetyRefusal)."""
-    from planner import maintenance_zk
-    from planner import zk as zkmod
+    """Take `req.brokers` out of maintenance: one transaction under the apply lock (ZooKeeper) or the fence
+    (KRaft). Refused, with nothing written, for a broker with no state, an unknown broker, another state than
+    `req.state`, and a state a running apply holds (SafetyRefusal)."""
+    from planner import maintenance as mt
 
-    if not req.brokers:
-        raise BadInput("name the brokers whose maintenance state to clear")
-    zkmod.parse_connect(req.zk)
-    with zkmod.session(req.zk, auth=req.auth, timeout=req.timeout) as client:
-        zkmod.require_kafka(client)   # a mistyped chroot is named as such, before anything is written
-        changed = maintenance_zk.clear(client, req.brokers, expect=req.state, reason=req.reason)
+    if (req.zk is None) == (req.bootstrap is None):
+        raise BadInput("give either a ZooKeeper connect string (zk) or Kafka bootstrap servers (bootstrap), "
+                       + ("not both" if req.zk else "one of them"))
+    ids = mt.clear_args(req.brokers, req.state)
+    if req.bootstrap is not None:
+        from planner import maintenance_kraft
+        from planner.execution import kraftsteps
+
+        kraftsteps.check_request(req)
+        with kraftsteps.session(req) as store:
+            changed = maintenance_kraft.clear(store, ids, expect=req.state, reason=req.reason)
+    else:
+        from planner import maintenance_zk
+        from planner import zk as zkmod
+
+        zkmod.parse_connect(req.zk)
+        with zkmod.session(req.zk, auth=req.auth, timeout=req.timeout) as client:
+            zkmod.require_kafka(client)   # a mistyped chroot is named as such, before anything is written
+            changed = maintenance_zk.clear(client, ids, expect=req.state, reason=req.reason)
     cleared = tuple((c.broker, c.before.state if c.before else "in service") for c in changed)
     text = ", ".join(f"broker {b} was {st}" for b, st in cleared)
     return ClearOutcome(cleared, f"cleared: {text}; now in service")

@@ -340,12 +340,16 @@ class CancelOutcome:
 # ------------------------------------------------------------------------------------------ maintenance state
 @dataclass(frozen=True)
 class BrokersRequest:
-    """The brokers and their maintenance state: read now from ZooKeeper (`zk`), or as a snapshot recorded it."""
+    """The brokers and their maintenance state: read now from ZooKeeper (`zk`) or a KRaft cluster's `__kplan`
+    (`bootstrap`), or as a snapshot recorded it (exactly one of the three)."""
 
     zk: str | None = None
     snapshot: Path | None = None
     auth: tuple[str, str] | None = field(default=None, repr=False)
     timeout: float = 10.0                     # ZooKeeper connection timeout
+    bootstrap: str | None = None              # a KRaft cluster (docs/KRAFT.md), with its security settings
+    kafka: KafkaSecurity | None = field(default=None, repr=False)
+    kafka_timeout: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -363,14 +367,19 @@ class BrokerRow:
 
 @dataclass(frozen=True)
 class ClearRequest:
-    """The explicit act that takes brokers out of maintenance (`kplan maintenance clear`)."""
+    """The explicit act that takes brokers out of maintenance (`kplan maintenance clear`), on a ZooKeeper-mode
+    cluster (`zk`) or a KRaft one (`bootstrap`: one fenced transaction on `__kplan`)."""
 
-    zk: str
-    brokers: tuple[int, ...]
+    zk: str | None = None
+    brokers: tuple[int, ...] = ()
     state: str | None = None                  # the state the caller means to clear: refused if it is another
     reason: str = ""
     auth: tuple[str, str] | None = field(default=None, repr=False)
     timeout: float = 10.0
+    bootstrap: str | None = None              # a KRaft cluster, as for apply (docs/KRAFT.md)
+    kafka: KafkaSecurity | None = field(default=None, repr=False)
+    kafka_timeout: float = 10.0
+    lease: float = 30.0                       # the fence's lease: a lock heartbeat within two leases is live
 
 
 @dataclass(frozen=True)

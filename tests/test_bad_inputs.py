@@ -560,6 +560,19 @@ CASES = [
     Case("roll-kraft-lease-not-positive", lambda c: ["roll", "--bootstrap-server", "127.0.0.1:2", "--plan",
                                                      str(_kraft_restart_plan(c)), "--throttle", "50MB", "--lease", "0"],
          2, "the lease must be a positive number of seconds"),
+    # the brokers' maintenance state on KRaft (`__kplan`): read and cleared through the bootstrap servers too
+    Case("brokers-bootstrap-nobody-listening", lambda c: [
+        "brokers", "--bootstrap-server", f"127.0.0.1:{_free_port()}", "--kafka-timeout", "2"],
+         2, "no Kafka broker answered at 127.0.0.1:"),
+    Case("maintenance-clear-zookeeper-given-as-bootstrap", lambda c: [
+        "maintenance", "clear", "--bootstrap-server", c.zk.split("/")[0], "--brokers", "1", "--kafka-timeout", "2"],
+         2, "is a ZooKeeper server, not a Kafka broker", zk=True),
+    Case("maintenance-clear-zk-and-bootstrap", lambda c: ["maintenance", "clear", "--zk", "127.0.0.1:1",
+                                                          "--bootstrap-server", "127.0.0.1:2", "--brokers", "1"],
+         2, "(a KRaft cluster), not both"),
+    Case("maintenance-clear-kraft-lease-not-positive", lambda c: [
+        "maintenance", "clear", "--bootstrap-server", "127.0.0.1:2", "--brokers", "1", "--lease", "-1"],
+         2, "the lease must be a positive number of seconds"),
     Case("apply-copy-with-no-rate", lambda c: ["apply", "--zk", "127.0.0.1:1", "--plan",
                                                str(c.plan(c.snapshot(), [ReassignEntry("payments", 0, (2,))]))],
          2, "1 data batches of plan sha256:"),

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kafka.admin import NewTopic
 from waiting import poll
 
 from planner import cli
@@ -119,10 +120,17 @@ def kplan_log(sb) -> list[tuple[str, object]]:
         while c.position(tp) < end and time.monotonic() < deadline:
             for recs in c.poll(timeout_ms=200).values():
                 for r in recs:
-                    out.append((r.key.decode(), None if r.value is None else json.loads(r.value)))
+                    out.append((r.key.decode(), None if r.value is None else _json_or_bytes(r.value)))
         return out
     finally:
         c.close()
+
+
+def _json_or_bytes(value: bytes) -> object:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value      # a record that is not JSON (written by a test on purpose)
 
 
 def snapshot_and_plan(sb, tmp: Path, *plan_args: str) -> Path:
@@ -147,6 +155,75 @@ class ConfigWatcher(threading.Thread):
             except Exception:  # noqa: BLE001 - a sample lost is not a failure
                 pass
             time.sleep(0.2)
+
+
+def test_maintenance_records_on_kplan_read_by_snapshot_brokers_and_cleared(kraft, tmp_path, capsys):
+    """planner/maintenance_kraft.py on real brokers: a transition as its own fenced transaction (a `maintenance/<id>`
+    record of the same JSON as ZooKeeper's znode), refused by the table and by a live lock with nothing written, a
+    record that does not parse read as `unknown`, both read by a fresh `--bootstrap-server` snapshot and by
+    `kplan brokers`, and `kplan maintenance clear` ending them in one transaction (tombstones)."""
+    from kafka import KafkaProducer
+
+    from planner import maintenance as mt
+    from planner import maintenance_kraft as mk
+    from planner import snapshot_io as sio
+
+    plan_a, plan_b = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    store = Store(kraft.bootstrap_servers, lease=5)
+    got = mk.change(store, [3], mt.RESTART, mt.RESTARTING, plan_id=plan_a, run="runs/r1", reason="OS patch",
+                    command="roll")
+    assert [(c.broker, c.before, c.after) for c in got] == [(3, None, "restarting")]
+    recs = kplan_records(kraft)                 # an independent read_committed consumer
+    assert {k: v for k, v in recs["maintenance/3"].items() if k not in ("since", "by")} == {
+        "format": "kplan-maintenance/1", "broker": 3, "state": "restarting", "plan_id": plan_a, "run": "runs/r1",
+        "reason": "OS patch"}
+    assert recs["maintenance/3"]["by"]["command"] == "kplan roll" and recs["lock"]["released"] is True
+    # the table refuses another plan's move, before anything is written
+    n = len(kplan_log(kraft))
+    with pytest.raises(mt.MaintenanceConflict, match="belongs to another plan"):
+        mk.change(store, [3], mt.RESTART, None, plan_id=plan_b, command="roll")
+    store.close()
+    assert len(kplan_log(kraft)) == n
+    # a live holder of the lock (an apply of plan A writing now): clear refuses naming it, nothing written
+    holder = Store(kraft.bootstrap_servers, lease=5)
+    holder.open()
+    try:
+        holder.transact({"lock": {"holder": {"command": "apply", "plan_id": plan_a, "pid": 1, "host": "elsewhere"},
+                                  "heartbeat": time.time(), "released": False}})
+        n += 1
+        assert cli.main(["maintenance", "clear", "--bootstrap-server", kraft.bootstrap_servers, "--brokers", "3",
+                         "--lease", "5"]) == 1
+        assert "which is running: stop it first" in capsys.readouterr().err
+        assert len(kplan_log(kraft)) == n
+    finally:
+        holder.close({"holder": {"command": "apply"}, "released": True})
+    # a record that does not parse: `unknown`, in maintenance until cleared
+    p = KafkaProducer(bootstrap_servers=kraft.bootstrap_servers.split(","), acks="all")
+    p.send("__kplan", key=b"maintenance/4", value=b"{not json", partition=0).get(timeout=30)
+    p.close()
+    assert cli.main(["snapshot", "--bootstrap-server", kraft.bootstrap_servers, "--out", str(tmp_path / "s")]) == 0
+    snap = sio.read_snapshot(tmp_path / "s")
+    states = {d["broker"]: d["state"] for d in snap.manifest["maintenance"]}
+    assert {b: s for b, s in states.items() if b in (3, 4)} == {3: "restarting", 4: "unknown"}, states
+    col = dict(zip(snap.brokers.column("broker").to_pylist(), snap.brokers.column("maintenance").to_pylist(),
+                   strict=True))
+    assert col[3] == "restarting" and col[4] == "unknown" and col[1] is None
+    rows = brokers_now(kraft, capsys)
+    assert rows[3]["state"] == "restarting" and rows[3]["reason"] == "OS patch" and rows[3]["registered"]
+    assert rows[4]["state"] == "unknown" and "__kplan record maintenance/4" in rows[4]["reason"]
+    assert rows[1]["state"] == "in service" and rows[1]["rack"] == "r1"
+    # the operator's clear: one fenced transaction, tombstones for both
+    assert cli.main(["maintenance", "clear", "--bootstrap-server", kraft.bootstrap_servers, "--brokers", "3,4",
+                     "--lease", "5"]) == 0
+    assert "broker 3 was restarting, broker 4 was unknown" in capsys.readouterr().out
+    log = kplan_log(kraft)
+    assert log[-1][0] == "lock" and {k for k, _ in log[-3:]} == {"maintenance/3", "maintenance/4", "lock"}
+    assert kplan_records(kraft)["maintenance/3"] is None and kplan_records(kraft)["maintenance/4"] is None
+    reader = Store(kraft.bootstrap_servers)
+    try:
+        assert mk.read_all(reader).entries == {}, "nothing left in maintenance for the tests after"
+    finally:
+        reader.close()
 
 
 def test_drain_applied_in_batches_throttled_and_verified_through_the_admin_api(kraft, tmp_path, capsys):
@@ -196,16 +273,69 @@ def test_drain_applied_in_batches_throttled_and_verified_through_the_admin_api(k
     assert not [k for k, v in recs.items() if k.startswith("throttles/") and v]
     outcome = json.loads((tmp_path / "run" / "apply" / "outcome.json").read_text())
     assert outcome["state"] == "completed" and outcome["units_submitted"] == len(run["units"])
-    # verify through the Admin API: converged, report written
+    # the apply put broker 1 into maintenance (draining) in the transaction of the run record's first save: the
+    # records of one transaction are adjacent in __kplan (one writer; lock, run record, then the broker's state)
+    log = kplan_log(kraft)
+    first = next(i for i, (k, _) in enumerate(log) if k == key)
+    assert log[first + 1][0] == "maintenance/1" and log[first + 1][1]["state"] == "draining", log[first:first + 2]
+    assert log[first][1]["state"] == "running" and log[first - 1][0] == "lock"
+    assert brokers_now(kraft, capsys)[1]["state"] == "draining"
+    assert brokers_now(kraft, capsys)[1]["plan_id"] == doc["id"]
+    # a topic created mid-drain with a replica on broker 1: verify is not converged and names it; 1 stays draining
+    admin_call(kraft, lambda a: a.create_topics([NewTopic("middrain", replica_assignments={0: [1, 2]})]))
+    poll(lambda: ("middrain", 0) in admin_call(kraft, ka.describe_topic_partitions, ["middrain"]), timeout=30,
+         what="middrain created")
+    assert cli.main(["verify", "--bootstrap-server", kraft.bootstrap_servers, "--plan", str(plan), "--timeout",
+                     "60"]) == 1
+    err = capsys.readouterr().err
+    assert "the drain is not complete" in err and "middrain-0 replicas [1, 2]" in err, err
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert not report["converged"] and report["plan_converged"] and report["maintenance"]["set"] == {}
+    assert brokers_now(kraft, capsys)[1]["state"] == "draining"
+    admin_call(kraft, lambda a: a.delete_topics(["middrain"]))
+    poll(lambda: "middrain" not in admin_call(kraft, ka.topic_names), timeout=30, what="middrain deleted")
+    # verify through the Admin API: converged, report written, broker 1 drained
     assert cli.main(["verify", "--bootstrap-server", kraft.bootstrap_servers, "--plan", str(plan), "--timeout",
                      "60"]) == 0
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["converged"] and report["partitions"]["converged"] == report["partitions"]["total"]
     assert report["intent"]["holds"] and report["throttles_remaining"] == []
+    assert report["maintenance"]["set"] == {"1": "drained"}
+    row = brokers_now(kraft, capsys)[1]
+    assert row["state"] == "drained" and row["plan_id"] == doc["id"]
+    assert kplan_records(kraft)["maintenance/1"]["state"] == "drained"
     # applying it again does nothing
     assert cli.main(["apply", "--bootstrap-server", kraft.bootstrap_servers, "--plan", str(plan),
                      "--throttle", "400KB"]) == 0
     assert "already applied" in capsys.readouterr().out
+
+
+def test_a_drained_broker_gets_nothing_from_a_kraft_rebalance_until_cleared(kraft, tmp_path, capsys):
+    """Broker 1 drained (the test before): a fresh `--bootstrap-server` snapshot records it, and `kplan plan
+    rebalance` gives it no replica and no preferred leadership although it holds nothing (a rebalance of a cluster
+    with an empty broker fills it, as it does once the state is cleared); `kplan maintenance clear` ends it."""
+    assert brokers_now(kraft, capsys)[1]["state"] == "drained", "the drain test before leaves broker 1 drained"
+    assert all(1 not in r for r in replicas(kraft).values())
+    plan = snapshot_and_plan(kraft, tmp_path / "a", "rebalance")
+    doc = json.loads((plan / "plan.json").read_text())
+    targets = [e["replicas"] for e in json.loads((plan / "reassignment.json").read_text())["partitions"]]
+    assert not [t for t in targets if 1 in t], "a drained broker was given replicas"
+    assert [b["broker"] for b in doc["maintenance"]["left_out"]] == [1], doc["maintenance"]
+    # the operator's clear, the state named: broker 1 in service again, and the next rebalance fills it
+    assert cli.main(["maintenance", "clear", "--bootstrap-server", kraft.bootstrap_servers, "--brokers", "1",
+                     "--state", "drained", "--reason", "test: back in service"]) == 0
+    assert "broker 1 was drained" in capsys.readouterr().out
+    assert brokers_now(kraft, capsys)[1]["state"] == "in service"
+    plan = snapshot_and_plan(kraft, tmp_path / "b", "rebalance")
+    targets = [e["replicas"] for e in json.loads((plan / "reassignment.json").read_text())["partitions"]]
+    assert [t for t in targets if 1 in t], "broker 1 is usable again: the rebalance gives it replicas"
+
+
+def brokers_now(sb, capsys) -> dict[int, dict]:
+    """`kplan brokers --bootstrap-server … --json`, by broker."""
+    capsys.readouterr()
+    assert cli.main(["brokers", "--bootstrap-server", sb.bootstrap_servers, "--json"]) == 0
+    return {r["broker"]: r for r in json.loads(capsys.readouterr().out)}
 
 
 def spawn(*argv: str, env: dict | None = None) -> subprocess.Popen:
@@ -389,3 +519,4 @@ def test_a_second_writer_fences_the_first_whose_late_admin_writes_the_lease_boun
     finally:
         a.close()
         b.close({"holder": {"command": "B"}, "released": True})
+

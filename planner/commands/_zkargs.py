@@ -22,26 +22,33 @@ def add_zk(p: argparse.ArgumentParser, kraft: bool = False) -> None:
         p.add_argument("--bootstrap-server", dest="bootstrap", metavar="HOST:PORT[,HOST:PORT...]",
                        help="a KRaft cluster's brokers (a plan made from a KRaft snapshot): the Admin API only, "
                        "fenced through the __kplan topic; security from --kafka-config / --kafka-*")
-        k = p.add_argument_group("KRaft (with --bootstrap-server)")
-        k.add_argument("--kafka-config", metavar="FILE",
-                       help="JSON object of librdkafka-style client keys, as an Airflow Kafka connection's extra")
-        k.add_argument("--kafka-security-protocol", choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"])
-        k.add_argument("--kafka-sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
-        k.add_argument("--kafka-sasl-username", metavar="USER")
-        k.add_argument("--kafka-password-env", metavar="VAR", default="KPLAN_KAFKA_PASSWORD",
-                       help="environment variable holding the SASL password (default KPLAN_KAFKA_PASSWORD)")
-        k.add_argument("--kafka-ssl-key-password-env", metavar="VAR", default="KPLAN_KAFKA_SSL_KEY_PASSWORD")
-        k.add_argument("--kafka-listener", metavar="NAME", help=argparse.SUPPRESS)
-        k.add_argument("--kafka-timeout", type=float, default=10.0, metavar="S",
-                       help="seconds for the brokers to answer (default 10)")
-        k.add_argument("--lease", type=float, default=30.0, metavar="S",
-                       help="the one-writer fence's lease: Admin writes only within S seconds of the last committed "
-                       "transition; a writer taking over from one that did not release waits S first (default 30)")
+        add_kafka(p)
     p.add_argument("--zk-auth-env", metavar="VAR",
                    help="environment variable holding digest credentials user:password "
                    "(default: KPLAN_ZK_AUTH when set)")
     p.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
                    help="seconds to wait for ZooKeeper to answer the connection (default 10)")
+
+
+def add_kafka(p: argparse.ArgumentParser, lease: bool = True) -> None:
+    """The --kafka-* security options of a KRaft cluster (with --bootstrap-server), and the fence's --lease."""
+    k = p.add_argument_group("KRaft (with --bootstrap-server)")
+    k.add_argument("--kafka-config", metavar="FILE",
+                   help="JSON object of librdkafka-style client keys, as an Airflow Kafka connection's extra")
+    k.add_argument("--kafka-security-protocol", choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"])
+    k.add_argument("--kafka-sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+    k.add_argument("--kafka-sasl-username", metavar="USER")
+    k.add_argument("--kafka-password-env", metavar="VAR", default="KPLAN_KAFKA_PASSWORD",
+                   help="environment variable holding the SASL password (default KPLAN_KAFKA_PASSWORD)")
+    k.add_argument("--kafka-ssl-key-password-env", metavar="VAR", default="KPLAN_KAFKA_SSL_KEY_PASSWORD")
+    k.add_argument("--kafka-listener", metavar="NAME", help=argparse.SUPPRESS)
+    k.add_argument("--kafka-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds for the brokers to answer (default 10)")
+    if lease:
+        k.add_argument("--lease", type=float, default=30.0, metavar="S",
+                       help="the one-writer fence's lease: Admin writes only within S seconds of the last "
+                       "committed transition; a writer taking over from one that did not release waits S first "
+                       "(default 30)")
 
 
 def cluster(args: argparse.Namespace) -> dict[str, Any]:

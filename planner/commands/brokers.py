@@ -1,4 +1,4 @@
-"""`kplan brokers --zk … | --snapshot S [--json]`: every broker that is registered or in maintenance, with its
+"""`kplan brokers --zk … | --bootstrap-server … | --snapshot S [--json]`: every broker that is registered or in maintenance, with its
 rack and maintenance state (since when, who, why, the plan and run that set it). Read-only."""
 
 from __future__ import annotations
@@ -8,18 +8,23 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from planner.commands._zkargs import add_kafka
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("brokers", help="list the brokers and their maintenance state (draining, drained, "
                                        "restarting, returning)")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--zk", metavar="HOST:PORT[/chroot]", help="read the cluster now")
+    where.add_argument("--bootstrap-server", dest="bootstrap", metavar="HOST:PORT[,HOST:PORT...]",
+                       help="read a KRaft cluster now (its brokers, and the __kplan topic read_committed)")
     where.add_argument("--snapshot", type=Path, metavar="S", help="as a snapshot folder recorded it")
     p.add_argument("--zk-auth-env", metavar="VAR",
                    help="environment variable holding digest credentials user:password (default: KPLAN_ZK_AUTH "
                         "when set)")
     p.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
                    help="seconds to wait for ZooKeeper to answer the connection (default 10)")
+    add_kafka(p, lease=False)
     p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     p.set_defaults(func=_run)
 
@@ -27,10 +32,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from planner import api
     from planner import zk as zkmod
+    from planner.commands.snapshot import kafka_from_args
 
     auth = zkmod.auth_from_env(args.zk_auth_env) if args.zk else None
+    kafka = kafka_from_args(args) if args.bootstrap else None
     rows = api.brokers(api.BrokersRequest(zk=args.zk, snapshot=args.snapshot, auth=auth,
-                                          timeout=args.connect_timeout))
+                                          timeout=args.connect_timeout, bootstrap=args.bootstrap, kafka=kafka,
+                                          kafka_timeout=args.kafka_timeout))
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=1))
         return 0

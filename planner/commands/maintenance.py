@@ -1,7 +1,7 @@
-"""`kplan maintenance clear --zk … --brokers 1[,2] [--state drained] [--reason TEXT]`: the explicit act that
-takes brokers out of maintenance (planner/maintenance.py). It names what it clears; it refuses a broker with no
-state, an unknown broker, a state other than --state, and a state that a running apply holds (exit 2 / 1,
-nothing written). A drain's `drained` is otherwise only cleared by a verified return (`kplan plan return`)."""
+"""`kplan maintenance clear --zk … | --bootstrap-server … --brokers 1[,2] [--state drained] [--reason TEXT]`: the
+explicit act that takes brokers out of maintenance (planner/maintenance.py; on KRaft one fenced transaction on
+`__kplan`). It names what it clears; it refuses a broker with no state, an unknown broker, a state other than
+--state, and a state that a running apply holds (exit 2 / 1, nothing written). A drain's `drained` is otherwise only cleared by a verified return (`kplan plan return`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("maintenance", help="end brokers' maintenance state (clear)")
     acts = p.add_subparsers(dest="act", required=True, metavar="ACT")
     c = acts.add_parser("clear", help="take brokers out of maintenance, naming the state cleared")
-    add_zk(c)
+    add_zk(c, kraft=True)
     c.add_argument("--brokers", required=True, help="broker ids, comma separated")
     c.add_argument("--state", choices=["draining", "drained", "restarting", "returning", "unknown"],
                    help="the state you mean to clear: refused when a broker is in another one")
@@ -24,11 +24,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _clear(args: argparse.Namespace) -> int:
     from planner import api
-    from planner import zk as zkmod
-    from planner.commands._zkargs import broker_list
+    from planner.commands._zkargs import broker_list, cluster
 
-    req = api.ClearRequest(zk=args.zk, brokers=tuple(broker_list(args.brokers)), state=args.state,
-                           reason=args.reason, auth=zkmod.auth_from_env(args.zk_auth_env),
-                           timeout=args.connect_timeout)
+    req = api.ClearRequest(brokers=tuple(broker_list(args.brokers)), state=args.state, reason=args.reason,
+                           **cluster(args))
     print(api.clear_maintenance(req).message)
     return 0

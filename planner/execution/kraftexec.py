@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planner import maintenance_kraft
 from planner.errors import Interrupted, NextStep, NotConverged, SafetyRefusal
-from planner.execution import election, preflight
+from planner.execution import election, lifecycle, preflight
 from planner.execution import runrecord as rr
 from planner.execution.clusterview import Key, PartStatus
 from planner.execution.diagnosis import converged
@@ -71,6 +72,8 @@ class KraftOptions:
     stop: threading.Event | None = None
     bootstrap: str = ""
     held: bool = False                  # the fence is the caller's (a restart roll's phases): not taken, kept
+    run: str | None = None              # named in a drain's / return's brokers' maintenance state
+    reason: str | None = None           # why: recorded with that state
 
 
 def _unit_spec(unit: Unit) -> Spec:
@@ -242,13 +245,15 @@ class KraftExecutor:
         if not self.opts.held:
             self._check_lock(self.opts.lock_wait)
         self.preflight(rec)
-        if self.opts.dry_run:
-            return self._dry_run(rec)
+        maintenance = self._maintenance()        # refuses, writing nothing, a plan that gives a broker in
+        if self.opts.dry_run:                    # maintenance anything, or a move the table forbids
+            return self._dry_run(rec, maintenance)
         if not self.opts.held:
             self.store.open()        # the fence: any earlier holder is fenced from here on
         try:
             rec = self._load()       # decided again on everything committed before the fence
             self._check_run(rec)
+            maintenance = self._maintenance()
             self.resumed = rec is not None
             if rec is None:
                 rec = rr.RunRecord.new(plan.id, plan.kind, plan.digest(), len(plan.units), self.holder,
@@ -261,7 +266,7 @@ class KraftExecutor:
                     rec.move_run(rr.RUNNING)
                 rec.event(f"resumed by {self.command} (pid {self.holder['pid']} on {socket.gethostname()})")
             self.record = rec
-            self._save()
+            self._save(maintenance)  # the brokers' state in the same transaction as the run record (lifecycle)
             return self._run()
         except Fenced:
             raise
@@ -272,6 +277,14 @@ class KraftExecutor:
             if not self.opts.held:
                 released = self.store.holding
                 self.store.close(self._lock_doc(released=True) if released else None)
+
+    def _maintenance(self) -> dict[str, Any]:
+        """The brokers' maintenance records this apply writes when it starts (planner.execution.lifecycle: a
+        drain's brokers `draining`, a return's `returning`), from `__kplan` as last read."""
+        states = maintenance_kraft.read_all(self.store)
+        changes = lifecycle.apply_changes(states, self.plan, run=self.opts.run, reason=self.opts.reason,
+                                          command=self.command)
+        return maintenance_kraft.ops(states, changes)
 
     def _run(self) -> Result:
         plan, rec = self.plan, self.record
@@ -595,8 +608,11 @@ class KraftExecutor:
             self.store.close(self._lock_doc(released=True) if released else None)
 
     # -------------------------------------------------------------------------------------- dry run
-    def _dry_run(self, rec: rr.RunRecord | None) -> Result:
+    def _dry_run(self, rec: rr.RunRecord | None, maintenance: dict[str, Any]) -> Result:
         """Every write a real apply would make now, in order; none is made."""
+        for key, value in sorted(maintenance.items()):
+            self.cluster.writes.append(f"commit {key}: {value['state'] if value else 'in service'} (with the run "
+                                       "record's first save)")
         for u in self.plan.units:
             if rec is not None and rec.unit_state(u.index) == rr.COMPLETED:
                 continue
@@ -714,10 +730,14 @@ class KraftVerifier:
             moving = [k for k, s in statuses.items() if s.reassigning] if not ok else []
             self.ex.throttles.release(moving)
         report = self._report(ok, seconds, elected, skipped)
-        if wrote and self.ex.record is not None:
-            self.ex.record.verify = {k: report[k] for k in ("converged", "partitions", "leaders_on_preferred",
-                                                            "offline_count", "under_replicated_count", "at")}
-            self.ex._save()
+        maintenance: dict[str, Any] = {}
+        if plan.kind in ("drain", "return"):
+            report["maintenance"], maintenance = self._maintenance(ok, report.get("intent"), wrote)
+        if wrote and (self.ex.record is not None or maintenance):
+            if self.ex.record is not None:
+                self.ex.record.verify = {k: report[k] for k in ("converged", "partitions", "leaders_on_preferred",
+                                                                "offline_count", "under_replicated_count", "at")}
+            self.ex._save(maintenance)    # the brokers' new state with the run record's note: one transaction
         if self.report_path is not None:
             write_json_atomic(self.report_path, report)
         if not report["converged"]:
@@ -733,6 +753,21 @@ class KraftVerifier:
         return KraftVerifyResult(plan.id, True, report, self.report_path,
                                  f"converged: {p['converged']}/{p['total']} partitions, leaders on preferred "
                                  f"{report['leaders_on_preferred']['count']}/{p['total']}", list(self.warnings))
+
+    def _maintenance(self, ok: bool, intent: dict[str, Any] | None, wrote: bool
+                     ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The brokers' maintenance state after this verify (planner.execution.lifecycle, as on ZooKeeper): a
+        drain's become `drained` only when its intent holds on the whole cluster (a partition created since the
+        snapshot with a replica on them keeps them `draining`), a return's leave maintenance once converged.
+        Returns the report's section and the records for the verify's transaction."""
+        if not wrote:
+            brokers = self.plan.drained or self.plan.returning
+            return {"set": {}, "kept": {str(b): "writes skipped: another kplan holds the lock" for b in brokers}}, {}
+        states = maintenance_kraft.read_all(self.store)
+        changes, section = lifecycle.verify_changes(states, self.plan, ok, intent)
+        for b, to in section["set"].items():
+            log.info("broker %s is now %s", b, to or "in service")
+        return section, maintenance_kraft.ops(states, changes)
 
     def _elect(self, statuses: dict[Key, PartStatus]) -> dict[str, Any]:
         preferred = {k: m.to[0] for k, m in self.plan.moves.items()}

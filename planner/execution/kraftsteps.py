@@ -18,14 +18,19 @@ from planner.execution.progress import Progress
 
 
 def check_request(req: Any) -> None:
-    from planner.snapshot import check_bootstrap
-
     if req.zk is not None:
         raise BadInput("give either a ZooKeeper connect string or Kafka bootstrap servers, not both")
-    check_bootstrap(req.bootstrap)
+    check_bootstrap(req.bootstrap, req.kafka_timeout)
     check_lease(req.lease)
-    if not req.kafka_timeout > 0:
-        raise BadInput(f"kafka_timeout must be positive, got {req.kafka_timeout}")
+
+
+def check_bootstrap(bootstrap: str, kafka_timeout: float) -> None:
+    """The bootstrap servers and the brokers' answer timeout, checked before any connection."""
+    from planner.snapshot import check_bootstrap as check
+
+    check(bootstrap)
+    if not kafka_timeout > 0:
+        raise BadInput(f"kafka_timeout must be positive, got {kafka_timeout}")
 
 
 @contextmanager
@@ -45,7 +50,7 @@ def session(req: Any) -> Iterator[Store]:
         reader._refuse_zookeeper_address()
         reader._refuse_credentials()
         raise
-    store = Store(req.bootstrap, security, req.kafka_timeout, req.lease, admin=reader.admin)
+    store = Store(req.bootstrap, security, req.kafka_timeout, getattr(req, "lease", 30.0), admin=reader.admin)
     try:
         reader._check_kraft()
         yield store
@@ -53,11 +58,14 @@ def session(req: Any) -> Iterator[Store]:
         store.close()
 
 
-def apply(req: Any, plan: Any, folder: Path | None, progress: Callable[[Progress], None] | None) -> Any:
-    """The KRaft executor's apply (the caller, planner.execution.steps, writes outcome.json)."""
+def apply(req: Any, plan: Any, folder: Path | None, progress: Callable[[Progress], None] | None,
+          run: str | None = None) -> Any:
+    """The KRaft executor's apply (the caller, planner.execution.steps, writes outcome.json). `run`: named in a
+    drain's or return's brokers' maintenance state."""
     opts = KraftOptions(throttle=req.throttle, poll=req.poll, wait=req.wait, lock_wait=req.lock_wait,
                         dry_run=req.dry_run, lease=req.lease, stop=req.stop, bootstrap=req.bootstrap,
-                        progress_file=folder / "progress.json" if folder is not None else None)
+                        progress_file=folder / "progress.json" if folder is not None else None,
+                        run=run, reason=req.reason)
     with session(req) as store:
         return KraftExecutor(store, plan, opts, progress, "apply").apply()
 

@@ -54,6 +54,24 @@ def maintenance_key(broker: int) -> str:
     return f"maintenance/{broker}"
 
 
+class Unreadable:
+    """A record whose value is not JSON: kept as its bytes, so that one bad record does not stop the read (a
+    maintenance entry reads as `unknown`, planner/maintenance_kraft.py; any other key's reader says it)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"Unreadable({self.data[:40]!r})"
+
+
+def _decode(value: bytes) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return Unreadable(value)
+
+
 class Fenced(SafetyRefusal):
     """Another kplan took the fence (a newer producer epoch): this one must write nothing more."""
 
@@ -132,9 +150,11 @@ class Store:
         return f"kplan-{self.identify()}"
 
     # ----------------------------------------------------------------------------------------- read
-    def read(self) -> dict[str, Any]:
+    def read(self, exists: bool | None = None) -> dict[str, Any]:
         """Read `__kplan` to its end with read_committed (what committed transactions and cancel requests left);
         `values` holds every key's latest value. The first call reads from the start, later ones what is new.
+        `exists`: whether `__kplan` exists, when the caller knows already (the snapshot's own topic list), so
+        that no Metadata request of every topic is sent to find out.
         A consumer that fails (its partition's leader moved, and kafka-python's ListOffsets kept asking the old
         one: seen when a drain's leadership batch moved `__kplan`'s leader) is replaced by a new one at the same
         offset, once."""
@@ -142,6 +162,10 @@ class Store:
 
         from planner import kraft_admin as ka
 
+        if exists is not None and not self._exists:
+            if not exists:
+                return self.values
+            self._exists = True
         if self._consumer is None and not self._exists:
             if TOPIC not in set(ka.topic_names(self.admin())):
                 return self.values        # nothing recorded yet (the topic is made by the first writer)
@@ -175,13 +199,17 @@ class Store:
                     key = r.key.decode() if r.key is not None else None
                     if key is None:
                         continue
-                    self.values[key] = None if r.value is None else json.loads(r.value)
+                    self.values[key] = None if r.value is None else _decode(r.value)
             self._offset = c.position(tp)
             if time.monotonic() > limit:
                 raise KafkaUnavailable(f"{TOPIC} could not be read to its end within {wait:g}s "
                                        f"(at offset {c.position(tp)} of {end})")
         self._offset = c.position(tp)
         return self.values
+
+    def close_reader(self) -> None:
+        """Close the read_committed consumer only (a reader that borrowed the Admin client keeps it)."""
+        self._close_consumer()
 
     def _close_consumer(self) -> None:
         c, self._consumer = self._consumer, None

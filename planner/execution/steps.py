@@ -161,7 +161,7 @@ def apply(req: ApplyRequest, *, progress: Callable[[Progress], None] | None = No
         if kraft:
             from planner.execution import kraftsteps
 
-            result = kraftsteps.apply(req, plan, folder, progress)
+            result = kraftsteps.apply(req, plan, folder, progress, options.run)
         else:
             with zkmod.session(zk, auth=req.auth, timeout=req.timeout) as client:
                 _connected(client)
