@@ -441,6 +441,14 @@ class ThrottleSampler:
         self.thread.join()
 
 
+def in_maintenance(sb) -> dict[int, tuple[str, str | None]]:
+    """The brokers in maintenance now (`kplan brokers --bootstrap-server`'s rows): broker -> (state, plan)."""
+    from planner import api
+
+    return {r.broker: (r.state, r.plan_id) for r in api.brokers(api.BrokersRequest(bootstrap=sb.bootstrap_servers))
+            if r.state != "in service"}
+
+
 def secret_in(root: Path, secret: str) -> list[str]:
     """Every file under `root` whose bytes contain `secret`."""
     needle = secret.encode()
@@ -520,6 +528,9 @@ def test_drain_through_the_kafka_connection_is_applied_throttled_in_batches_and_
     assert outcome["units_done"] == outcome["units_total"] == outcome["units_submitted"], outcome
     report = json.loads((run.root / "report.json").read_text())
     assert report["converged"] is True and report["plan_id"] == outcome["plan_id"]
+    # broker 1 in maintenance now (`__kplan`, as `kplan brokers --bootstrap-server` reads it): drained by this plan
+    assert report["maintenance"]["set"] == {"1": "drained"}, report["maintenance"]
+    assert in_maintenance(kraft) == {1: ("drained", outcome["plan_id"])}
     review = json.loads((run.root / runs.REVIEW).read_text())
     assert review["status"] == "done" and review["approved_by"], review
     # the task log: apply's progress as counts (as on ZooKeeper), and the fence taken
@@ -572,6 +583,11 @@ def test_nightly_rebalance_over_ssl_takes_the_deployments_kafka_connection_and_a
         env, kraft, drain, monkeypatch, pytestconfig):
     # a KRaft deployment's default, as scheduled: this one reaches the cluster through its SSL listener
     monkeypatch.setenv("AIRFLOW__KPLAN__KAFKA_CONN_ID", CONN_SSL)
+    # the drain's broker 1 back in service, by the operator's explicit act: drained, the rebalance would leave it
+    # out (and find nothing to do on the other three)
+    assert cli.main(["maintenance", "clear", "--bootstrap-server", kraft.bootstrap_servers, "--brokers", "1",
+                     "--state", "drained"]) == 0
+    assert in_maintenance(kraft) == {}
     dag = af.load_dag(REBALANCE)
     assert dag.params["kafka_conn_id"] == CONN_SSL and dag.params["zk_conn_id"] is None
     # Another kplan writes to this cluster (an apply on another host, say): it holds the fence (its producer's
