@@ -13,8 +13,9 @@ broker it could be led from: its replica on broker b goes to a broker a across t
 replica of another partition comes back from a to b, so every broker keeps its count, the racks stay covered
 and the replicas distinct; or the replica goes alone where both counts stay within the band (a rack whose
 brokers sit at the band's top holds only replicas that must stay there, so nothing can come back). Each exchange costs its change in replica moves (a replica the plan moves already
-is sent on or back, which can cost nothing); the cheapest that makes the flow carry more goes first, within
-`slack` extra moves in all. The leader step after it then finds the level order (an exact flow up to
+is sent on or back, which can cost nothing). They are tried in turn, each by a max flow, within `slack` extra
+moves in all: first those that the flow's residual graph says will carry one unit more (`_cheapest`), the
+cheapest of them first; the first that makes the flow carry more is kept. The leader step after it then finds the level order (an exact flow up to
 leaders.choose_leaders' exact limit, which is also where this runs).
 """
 
@@ -33,7 +34,9 @@ LIMIT = 20_000       # partitions: as leaders.choose_leaders' exact leader flow
 CANDIDATES = 64      # exchanges tried (each one max flow) per step and side, cheapest first
 ROWS = 2_000         # partitions a step looks at per side (the first ones: bounds a step's Python work)
 # trials (each one max flow over every partition) a call may make, counted in partitions: ~100 on a 15k-partition
-# cluster. Without it a 15-broker, 14,715-partition rebalance spent 128 s here (82 exchanges, 6,571 flows)
+# cluster. Set when the exchanges were tried cheapest first: a 15-broker, 14,715-partition rebalance spent 128 s
+# here (82 exchanges, 6,571 flows); ordered by the flow's residual sides (`_cheapest`) it needs 83 flows, and the
+# budget only bounds a placement where few exchanges help
 TRIAL_WORK = 1_500_000
 BIG = 1 << 40
 
@@ -80,13 +83,30 @@ class _Flow:
                                np.maximum(0, cap_t[self.keys // E] - used[self.keys]),
                                hi_b - lo_b, [BIG], np.ones(len(free), np.int64), [int(lo_b.sum())],
                                [len(free)], lo_b]).astype(np.int64)
-        mf.add_arcs_with_capacity(tails.astype(np.int32), heads.astype(np.int32), caps)
+        arcs = mf.add_arcs_with_capacity(tails.astype(np.int32), heads.astype(np.int32), caps)
         mf.solve(0, 1)
         need = len(free) + int(lo_b.sum())
         self.short = need - int(mf.optimal_flow())
         self.E, self.e_idx = E, e_idx
+        # the broker each partition is led from in this flow (-1: none or fixed)
+        self.led = np.full(len(final), -1, np.int64)
+        via = mf.flows(arcs[:len(ii)]) > 0
+        self.led[fr[ii[via]]] = final[fr[ii[via]], jj[via]]
         if not self.short:
             return
+        # the residual graph's two sides: an arc added from a partition the super source still reaches to a
+        # (topic, broker) place that still reaches the super sink carries one unit more
+        src = np.zeros(b0 + E, bool)
+        src[np.asarray(mf.get_source_side_min_cut(), np.int64)] = True
+        snk = np.zeros(b0 + E, bool)
+        snk[np.asarray(mf.get_sink_side_min_cut(), np.int64)] = True
+        self.reached = np.zeros(len(final), bool)
+        self.reached[fr] = src[p0:p0 + len(free)]
+        # (topic, broker) places from which one unit more reaches the super sink: a place that exists and does,
+        # or a new one with room in the topic's cap on a broker that does
+        every = np.arange(T * E)
+        self.open_keys = ~np.isin(every, self.keys) & (cap_t[every // E] - used > 0) & snk[b0 + every % E]
+        self.open_keys[self.keys[snk[k0:b0]]] = True
         # where: the upper side (partitions that must be led from brokers already at the ceiling) and the lower
         # side (brokers that cannot reach the floor), each a plain max flow whose source side names them
         nk = len(self.keys)
@@ -131,15 +151,15 @@ def _followers(pb: Problem, st: State, eligible: np.ndarray) -> tuple[np.ndarray
     return fr[order], fs[order], np.searchsorted(fb[order], np.arange(pb.num_brokers + 1))
 
 
-def _exchange(pb: Problem, st: State, req: np.ndarray, fol: tuple, r: int, s_: int, a: int, b: int,
-              spare: np.ndarray | None = None) -> tuple[int, tuple] | None:
-    """Replica (r, s_) goes from a to b and the cheapest follower replica on b that may goes back to a (with
-    `spare` (T, B), only of a topic b holds more of than its cap: b keeps its leader room): (cost in moves,
-    transfers), or None."""
+def _back(pb: Problem, st: State, req: np.ndarray, fol: tuple, a: int, b: int, spare: np.ndarray | None,
+          led: np.ndarray) -> tuple[int, int, int] | None:
+    """The cheapest follower replica on b that may go to a in exchange for a replica that comes from a (with
+    `spare` (T, B), only of a topic b holds more of than its cap: b keeps its leader room): (its row, slot,
+    cost in moves), or None. It does not depend on which replica comes, so `_options` asks once per (a, b)."""
     f, orig = st.final, pb.replicas
     fr, fs, cut = fol
     qr, qs = fr[cut[b]:cut[b + 1]], fs[cut[b]:cut[b + 1]]
-    sel = (qr != r) & ~(f[qr] == a).any(axis=1)
+    sel = ~(f[qr] == a).any(axis=1)
     if spare is not None:
         sel &= spare[pb.topic_of[qr], b]
     qr, qs = qr[sel], qs[sel]
@@ -149,10 +169,71 @@ def _exchange(pb: Problem, st: State, req: np.ndarray, fol: tuple, r: int, s_: i
     qr, qs = qr[ok], qs[ok]
     if not len(qr):
         return None
-    d1 = int(b not in orig[r]) - int(a not in orig[r])
     d2 = (~(orig[qr] == a).any(axis=1)).astype(np.int64) - (~(orig[qr] == b).any(axis=1))
-    k = int(np.argmin(d2))
-    return d1 + int(d2[k]), ((r, s_, a, b), (int(qr[k]), int(qs[k]), b, a))
+    # among the cheapest, one that the leader flow does not lead from b (its leaving b takes nothing from it)
+    k = int(np.argmin(2 * d2 + (led[qr] == b)))
+    return int(qr[k]), int(qs[k]), int(d2[k])
+
+
+def _moves(pb: Problem, f: np.ndarray, eligible: np.ndarray, req: np.ndarray, rows: np.ndarray,
+           allowed: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every (row, slot, from, to) that moves an eligible replica of one of `rows` to one of `targets` that is
+    `allowed` for its row ((rows, targets)) and that the row does not hold, keeping its racks: one array pass
+    for all of them (a loop per row was, with one follower search per move, most of a step's time)."""
+    fr = f[rows]
+    allowed = allowed & ~(fr[:, :, None] == targets[None, None, :]).any(axis=1)
+    slot_ok = (fr >= 0) & eligible[np.maximum(fr, 0)]
+    i, s_, j = np.nonzero(slot_ok[:, :, None] & allowed[:, None, :])
+    b = targets[j]
+    ok = rack_ok(pb, fr[i], s_, b, req[rows[i]])
+    i, s_, b = i[ok], s_[ok], b[ok]
+    return rows[i], s_, fr[i, s_].astype(np.int64), b.astype(np.int64)
+
+
+def _cheapest(pb: Problem, st: State, req: np.ndarray, fol: tuple, mv: tuple, spare: np.ndarray | None,
+              lo: int, hi: int, count: np.ndarray, flow: _Flow) -> list[tuple[int, int, tuple]]:
+    """The first CANDIDATES options (likelihood, cost, transfers) of the moves `mv`: each as an exchange with
+    the cheapest follower that may come back (`_back`), and alone where both counts stay within [lo, hi]. Those
+    the flow's residual sides say will carry one unit more come first (0: r still reached from the super source,
+    its new place reaching the super sink, and the follower sent back not one the flow leads from b; 1: the
+    same, but r is led from a, so that unit must find another way; 2: the rest), then the cheapest, then by
+    transfers (a move alone before its exchange). Ordered by cost alone, the 15-broker cluster of
+    test_larger_clusters_reach_level_leaders_through_the_cut re-tried the same ~100 failing exchanges at every
+    step (one max flow each: 6,571 flows for 82 units); in this order one trial served each unit."""
+    r, s_, a, b = mv
+    if not len(r):
+        return []
+    orig = pb.replicas
+    d1 = (~(orig[r] == b[:, None]).any(axis=1)).astype(np.int64) - (~(orig[r] == a[:, None]).any(axis=1))
+    pairs, inv = np.unique(a * pb.num_brokers + b, return_inverse=True)
+    back = [_back(pb, st, req, fol, int(k // pb.num_brokers), int(k % pb.num_brokers), spare, flow.led)
+            for k in pairs.tolist()]
+    has = np.array([x is not None for x in back])[inv]
+    d2 = np.array([x[2] if x is not None else 0 for x in back], np.int64)[inv]
+    alone = (count[a] - 1 >= lo) & (count[b] + 1 <= hi)
+    pos = np.full(pb.num_brokers, -1, np.int64)
+    pos[flow.e_idx] = np.arange(flow.E)
+    likely = flow.reached[r] & flow.open_keys[pb.topic_of[r].astype(np.int64) * flow.E + pos[b]]
+    q_led = np.array([x is not None and flow.led[x[0]] == k % pb.num_brokers
+                      for x, k in zip(back, pairs.tolist(), strict=True)])[inv]
+    kind = np.concatenate([np.zeros(len(r), np.int64), np.ones(len(r), np.int64)])
+    keep = np.concatenate([alone, has])
+    cost = np.concatenate([d1, d1 + d2])[keep]
+    likely = np.concatenate([likely, likely & ~q_led])[keep]
+    unlikely = np.where(likely, np.tile(flow.led[r] == a, 2)[keep].astype(np.int64), 2)
+    idx = np.concatenate([np.arange(len(r)), np.arange(len(r))])[keep]
+    kind = kind[keep]
+    order = np.lexsort((kind, b[idx], a[idx], s_[idx], r[idx], cost, unlikely))[:CANDIDATES]
+    out = []
+    for o in order.tolist():
+        i = int(idx[o])
+        move = (int(r[i]), int(s_[i]), int(a[i]), int(b[i]))
+        if kind[o]:
+            q, qs, _ = back[int(inv[i])]
+            out.append((int(unlikely[o]), int(cost[o]), (move, (q, qs, move[3], move[2]))))
+        else:
+            out.append((int(unlikely[o]), int(cost[o]), (move,)))
+    return out
 
 
 def _options(pb: Problem, st: State, eligible: np.ndarray, req: np.ndarray, flow: _Flow, cap: np.ndarray
@@ -165,39 +246,16 @@ def _options(pb: Problem, st: State, eligible: np.ndarray, req: np.ndarray, flow
     E, e_idx = flow.E, flow.e_idx
     T = len(pb.topic_names)
     fol = _followers(pb, st, eligible)
-    up: list[tuple[int, tuple]] = []
-    down: list[tuple[int, tuple]] = []
     lo, hi = level_band(st, eligible)
     count = broker_counts(f, pb.num_brokers)
-
-    def single(r: int, s_: int, a: int, b: int) -> tuple[int, tuple] | None:
-        """The replica alone, where both counts stay within the band."""
-        if count[a] - 1 < lo or count[b] + 1 > hi:
-            return None
-        return int(b not in pb.replicas[r]) - int(a not in pb.replicas[r]), ((r, s_, a, b),)
-
-    def moves_of(r: int, targets: np.ndarray) -> list[tuple[int, int, int]]:
-        """(slot, from, to) for each eligible replica of r and each target that may take it."""
-        row = f[r]
-        got = []
-        targets = targets[~np.isin(targets, row)]
-        for s_ in np.flatnonzero((row >= 0) & eligible[np.maximum(row, 0)]).tolist():
-            if not len(targets):
-                break
-            ok = rack_ok(pb, np.repeat(row[None, :], len(targets), axis=0), np.full(len(targets), s_), targets,
-                         np.full(len(targets), req[r]))
-            got.extend((s_, int(row[s_]), int(b)) for b in targets[ok].tolist())
-        return got
-
+    up: list[tuple[int, int, tuple]] = []
+    down: list[tuple[int, int, tuple]] = []
     if flow.upper:
         full = np.zeros(T * E, bool)
         full[flow.full] = True
-        for r in flow.stuck[~pb.fixed[flow.stuck]][:ROWS].tolist():
-            t = int(pb.topic_of[r])
-            for s_, a, b in moves_of(r, e_idx[~full[t * E + np.arange(E)]]):
-                for x in (_exchange(pb, st, req, fol, r, s_, a, b), single(r, s_, a, b)):
-                    if x is not None:
-                        up.append(x)
+        rows = flow.stuck[~pb.fixed[flow.stuck]][:ROWS]
+        allowed = ~full.reshape(T, E)[pb.topic_of[rows]]
+        up = _cheapest(pb, st, req, fol, _moves(pb, f, eligible, req, rows, allowed, e_idx), None, lo, hi, count, flow)
     if flow.lower:
         # a starved broker b gains room: a replica of a topic it holds fewer of than the cap, of a partition
         # the flow does not need where it is, for a follower of a topic it holds more of than the cap
@@ -208,17 +266,12 @@ def _options(pb: Problem, st: State, eligible: np.ndarray, req: np.ndarray, flow
         starved = flow.starved
         rows = np.flatnonzero(~needed & ~pb.fixed & ((f >= 0) & eligible[np.maximum(f, 0)]).any(axis=1))
         opens = (rtb[pb.topic_of[rows]][:, starved] < cap_t[pb.topic_of[rows]]).any(axis=1)
-        for r in rows[opens][:ROWS].tolist():
-            t = int(pb.topic_of[r])
-            for s_, a, b in moves_of(r, starved[rtb[t, starved] < cap_t[t, 0]]):
-                if a in starved:
-                    continue
-                for x in (_exchange(pb, st, req, fol, r, s_, a, b, rtb > cap_t), single(r, s_, a, b)):
-                    if x is not None:
-                        down.append(x)
-    up.sort(key=lambda x: (x[0], x[1]))
-    down.sort(key=lambda x: (x[0], x[1]))
-    return sorted(up[:CANDIDATES] + down[:CANDIDATES], key=lambda x: (x[0], x[1]))
+        rows = rows[opens][:ROWS]
+        allowed = rtb[pb.topic_of[rows]][:, starved] < cap_t[pb.topic_of[rows]]
+        r, s_, a, b = _moves(pb, f, eligible, req, rows, allowed, starved)
+        keep = ~np.isin(a, starved)
+        down = _cheapest(pb, st, req, fol, (r[keep], s_[keep], a[keep], b[keep]), rtb > cap_t, lo, hi, count, flow)
+    return [(cost, transfers) for _, cost, transfers in sorted(up + down)]
 
 
 def mend_leader_cut(pb: Problem, st: State, eligible: np.ndarray, slack: int, max_steps: int = 200) -> int:
@@ -244,8 +297,10 @@ def mend_leader_cut(pb: Problem, st: State, eligible: np.ndarray, slack: int, ma
         left = slack - (st.moves - start)
         better = None
         for cost, transfers in _options(pb, st, eligible, req, flow, cap):
-            if cost > left or trials <= 0:
+            if trials <= 0:
                 break
+            if cost > left:
+                continue
             trials -= 1
             for r, s_, _frm, to in transfers:
                 apply_move(pb, st, r, s_, to)
