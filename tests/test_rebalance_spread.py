@@ -307,19 +307,25 @@ def _larger(seed: int, index: int, tmp_path) -> tuple:
     return shape, c, doc
 
 
-@pytest.mark.parametrize("seed,index", [(7, 9), (8, 8)])
-def test_larger_clusters_reach_level_leaders_through_the_cut(seed, index, tmp_path):
-    """Two larger generated clusters whose placement leaves the leader flow short (every broker has room, but
-    not as a set), so that leader_cut's exchanges must serve it: 15 brokers on 2 racks with 14,715 partitions
-    (82 units short), and 11 brokers on 3 racks with 10,087 (4 short). Each plan reaches leader spread <= 1 with
-    every topic within ceil(partitions / brokers) preferred leaders per broker (worked out here from the
-    placement, and the independent leader flow is feasible on it), within 1 % of its bound.
+@pytest.mark.parametrize("seed,index", [(7, 9), (8, 8), (8, 1)])
+def test_larger_clusters_level_leaders_within_the_bound(seed, index, tmp_path):
+    """Three larger generated clusters: 15 brokers on 2 racks with 14,715 partitions and 11 brokers on 3 racks
+    with 10,087, whose placement leaves the leader flow short (every broker has room, but not as a set: 82 and 4
+    units), so that leader_cut's exchanges must serve it; and 19 brokers on 2 racks, one of them gone, with
+    8,132 partitions. Each plan reaches leader spread <= 1 with every topic within ceil(partitions / brokers)
+    preferred leaders per registered broker (worked out here from the placement; the independent leader flow
+    is feasible on it), replica spread <= 1 on the two 2-rack clusters and the racks' best on the 3-rack one
+    (its summary's, proven for that band by the test above's kind of flow in the 36-cluster test), within
+    1 % of its bound.
 
-    History: the exchanges tried the cheapest first and re-tried the same failing ones each step (a replica
-    sent to a (topic, broker) place that no longer reaches the sink, or a follower sent back that the flow leads
-    from): 6,571 max flows and 128 s on the first, so a budget of trials was set, and with it the first kept
-    leader spread 41 and the second 3 (82678ca). Now the flow's residual sides order the exchanges (one
-    trial per unit on the first) and their candidates are found in one array pass."""
+    History (all fail on 82678ca): the exchanges tried the cheapest first and re-tried the same failing ones
+    each step (a replica sent to a (topic, broker) place that no longer reaches the sink, or a follower sent
+    back that the flow leads from): 6,571 max flows and 128 s on the first, so a budget of trials was set, and
+    with it the first kept leader spread 41 and the second 3. Now the flow's residual sides order the
+    exchanges (one trial per unit on the first). The third needed 203k arcs in the per-partition flow, just
+    above its limit of 200k, so the count rounds planned it: 1,412 moves for a bound of 1,398 (1.0100x); and
+    its summary counted one topic over its cap for the 13 RF 1 partitions left on the broker that is gone
+    (offline: no plan can lead them elsewhere)."""
     shape, c, doc = _larger(seed, index, tmp_path)
     spec, rack_aware = _spec(c)
     final = plan_maps(doc, spec)
@@ -329,11 +335,14 @@ def test_larger_clusters_reach_level_leaders_through_the_cut(seed, index, tmp_pa
     per: dict[tuple[str, int], int] = {}
     n_t: dict[str, int] = {}
     for (t, _p), reps in final.items():
-        per[(t, reps[0])] = per.get((t, reps[0]), 0) + 1
+        if reps[0] in spec.alive:
+            per[(t, reps[0])] = per.get((t, reps[0]), 0) + 1
         n_t[t] = n_t.get(t, 0) + 1
     assert all(n <= math.ceil(n_t[t] / len(spec.alive)) for (t, _b), n in per.items()), shape
     assert leader_band_feasible(final, spec.alive), shape
+    c1 = counts(final, spec.alive)
     s = doc["summary"]
+    assert max(c1.values()) - min(c1.values()) <= (1 if shape.racks == 2 else s["reachable_replica_spread"]), shape
     assert s["replica_moves"] <= 1.01 * s["lower_bound_moves"], (shape, s["replica_moves"], s["lower_bound_moves"])
     assert doc["after"]["leader_spread"] <= 1 and s["topics_over_ceil_partitions_per_broker"] == 0
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 from ortools.graph.python import max_flow
 
-from planner.optimizer.checks import required_racks
-from planner.optimizer.problem import Problem
+from planner.optimizer.checks import popcount, required_racks
+from planner.optimizer.problem import Problem, rack_masks
 from planner.optimizer.room import room_per_broker
 from planner.optimizer.state import State, apply_move, broker_counts, level_band, rack_ok
 from planner.optimizer.witness import leader_cap0, witness
@@ -151,28 +151,34 @@ def _followers(pb: Problem, st: State, eligible: np.ndarray) -> tuple[np.ndarray
     return fr[order], fs[order], np.searchsorted(fb[order], np.arange(pb.num_brokers + 1))
 
 
-def _back(pb: Problem, st: State, req: np.ndarray, fol: tuple, a: int, b: int, spare: np.ndarray | None,
-          led: np.ndarray) -> tuple[int, int, int] | None:
-    """The cheapest follower replica on b that may go to a in exchange for a replica that comes from a (with
-    `spare` (T, B), only of a topic b holds more of than its cap: b keeps its leader room): (its row, slot,
-    cost in moves), or None. It does not depend on which replica comes, so `_options` asks once per (a, b)."""
+def _back(pb: Problem, st: State, req: np.ndarray, fol: tuple, froms: np.ndarray, b: int,
+          spare: np.ndarray | None, led: np.ndarray) -> list[tuple[int, int, int] | None]:
+    """For each broker a of `froms`: the cheapest follower replica on b that may go to a in exchange for a
+    replica that comes from a (with `spare` (T, B), only of a topic b holds more of than its cap: b keeps its
+    leader room), among the cheapest one the leader flow does not lead from b (`led`): (its row, slot, cost in
+    moves), or None. It does not depend on which replica comes, so `_cheapest` asks once per (a, b), and for
+    all a of one b in one array pass."""
     f, orig = st.final, pb.replicas
     fr, fs, cut = fol
     qr, qs = fr[cut[b]:cut[b + 1]], fs[cut[b]:cut[b + 1]]
-    sel = ~(f[qr] == a).any(axis=1)
     if spare is not None:
-        sel &= spare[pb.topic_of[qr], b]
-    qr, qs = qr[sel], qs[sel]
+        keep = spare[pb.topic_of[qr], b]
+        qr, qs = qr[keep], qs[keep]
     if not len(qr):
-        return None
-    ok = rack_ok(pb, f[qr], qs, np.full(len(qr), a), req[qr])
-    qr, qs = qr[ok], qs[ok]
-    if not len(qr):
-        return None
-    d2 = (~(orig[qr] == a).any(axis=1)).astype(np.int64) - (~(orig[qr] == b).any(axis=1))
-    # among the cheapest, one that the leader flow does not lead from b (its leaving b takes nothing from it)
-    k = int(np.argmin(2 * d2 + (led[qr] == b)))
-    return int(qr[k]), int(qs[k]), int(d2[k])
+        return [None] * len(froms)
+    rows = f[qr]
+    ok = ~(rows[:, :, None] == froms[None, None, :]).any(axis=1)                  # (followers, froms)
+    if pb.rack_aware:
+        others = rows.copy()
+        others[np.arange(len(qr)), qs] = -1
+        bits = pb.rack_bits()
+        ok &= popcount(rack_masks(others, bits)[:, None] | bits[froms][None, :]) >= req[qr][:, None]
+    d2 = (~(orig[qr][:, :, None] == froms[None, None, :]).any(axis=1)).astype(np.int64) \
+        - (~(orig[qr] == b).any(axis=1))[:, None]
+    key = np.where(ok, 2 * d2 + (led[qr] == b)[:, None], 1 << 20)
+    k = np.argmin(key, axis=0)
+    cols = np.arange(len(froms))
+    return [(int(qr[k[j]]), int(qs[k[j]]), int(d2[k[j], j])) if ok[k[j], j] else None for j in cols.tolist()]
 
 
 def _moves(pb: Problem, f: np.ndarray, eligible: np.ndarray, req: np.ndarray, rows: np.ndarray,
@@ -206,8 +212,12 @@ def _cheapest(pb: Problem, st: State, req: np.ndarray, fol: tuple, mv: tuple, sp
     orig = pb.replicas
     d1 = (~(orig[r] == b[:, None]).any(axis=1)).astype(np.int64) - (~(orig[r] == a[:, None]).any(axis=1))
     pairs, inv = np.unique(a * pb.num_brokers + b, return_inverse=True)
-    back = [_back(pb, st, req, fol, int(k // pb.num_brokers), int(k % pb.num_brokers), spare, flow.led)
-            for k in pairs.tolist()]
+    back: list[tuple[int, int, int] | None] = []
+    for to in np.unique(pairs % pb.num_brokers).tolist():
+        froms = pairs[pairs % pb.num_brokers == to] // pb.num_brokers
+        back.extend(_back(pb, st, req, fol, froms, to, spare, flow.led))
+    order = np.lexsort((pairs // pb.num_brokers, pairs % pb.num_brokers))
+    back = [back[i] for i in np.argsort(order).tolist()]
     has = np.array([x is not None for x in back])[inv]
     d2 = np.array([x[2] if x is not None else 0 for x in back], np.int64)[inv]
     alone = (count[a] - 1 >= lo) & (count[b] + 1 <= hi)

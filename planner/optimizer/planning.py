@@ -328,10 +328,13 @@ def _spread(x: np.ndarray) -> int:
 
 
 def topic_leader_max(pb: Problem, matrix: np.ndarray) -> np.ndarray:
-    """(T,) the most partitions of each topic one broker is preferred leader of."""
+    """(T,) the most partitions of each topic one registered broker is preferred leader of. Brokers that are
+    not registered are left out: their partitions with no registered replica are offline and stay where they
+    are in every plan (issue 25: a 19-broker generated cluster counted one topic over its cap for the 13 RF 1
+    partitions of a broker that had left, whatever the plan did)."""
     T = len(pb.topic_names)
     lead = matrix[:, 0] if matrix.shape[1] else np.full(len(matrix), -1)
-    ok = lead >= 0
+    ok = (lead >= 0) & pb.alive[np.maximum(lead, 0)]
     keys = pb.topic_of[ok].astype(np.int64) * pb.num_brokers + lead[ok]
     k, c = np.unique(keys, return_counts=True)
     out = np.zeros(T, dtype=np.int64)
