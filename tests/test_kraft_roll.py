@@ -169,6 +169,9 @@ def test_the_roll_of_broker_1_killed_and_resumed_loses_nothing(kraft, tmp_path):
         # killed in its step's `restarting` state, having seen broker 1 leave while its restart command ran
         assert rec["phase"] == "steps" and rec["steps"][0]["state"] == "restarting", rec
         assert rec["steps"][0]["left_at"] and rec["steps"][0]["command_run"]
+        # and broker 1 in maintenance meanwhile (`restarting`, this roll's plan), as `kplan brokers` shows it
+        state = kplan_records(sb)["maintenance/1"]
+        assert (state["state"], state["plan_id"], state["by"]["command"]) == ("restarting", plan["id"], "kplan roll")
         w.mark("roll resumed")
         again = subprocess.run([sys.executable, "-m", "planner.cli", *args], cwd=REPO, capture_output=True,
                                text=True, timeout=300)
@@ -190,4 +193,5 @@ def test_the_roll_of_broker_1_killed_and_resumed_loses_nothing(kraft, tmp_path):
     recs = kplan_records(sb)
     roll = recs[key]
     assert (roll["state"], roll["phase"], [s["state"] for s in roll["steps"]]) == ("completed", "done", ["done"])
+    assert recs["maintenance/1"] is None                              # back in service (a tombstone)
     assert recs["lock"]["released"] is True

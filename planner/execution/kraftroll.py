@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from planner import maintenance as mt
+from planner import maintenance_kraft
 from planner.errors import SafetyRefusal
 from planner.execution import preflight
 from planner.execution import runstate as rs
@@ -196,10 +197,13 @@ class KraftRollCluster:
         return f"{len(moving)} partitions are being reassigned (ListPartitionReassignments): {shown}"
 
     def maintenance(self) -> mt.States:
-        return mt.States({})
+        """The brokers' maintenance states, `__kplan` read to its end (planner/maintenance_kraft.py)."""
+        return maintenance_kraft.read_all(self.store)
 
     def maintenance_writes(self, states: mt.States, broker: int, to: str | None, **kw: Any) -> list[Write]:
-        return []
+        """`broker` to `restarting` (or back in service) as `__kplan` records for the step's own transaction
+        (`save`), checked against the one table (maintenance.TRANSITIONS: only this roll's plan may)."""
+        return list(maintenance_kraft.set_ops(states, [broker], mt.RESTART, to, **kw).items())
 
     # ---------------------------------------------------------------------------------- protect / undo
     def _executor(self, plan: RunPlan, throttle: int | None = None, stop: Any = None, relay: Any = None) -> Any:
