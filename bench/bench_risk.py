@@ -14,7 +14,8 @@ Clusters (written once per size as snapshot folders, shared by every run; 100 br
            full, preferred leaders.
 For each run: `kplan risk --snapshot D --out D2 --all-brokers --all-racks --mode both` as a child process,
 timed from launch to exit (JVM start included), with the peak RSS of the JVM (psutil over the java
-processes under it) and of the whole process tree, the JVM's CPU time and the driver's (the Python
+processes under it) and the peak PSS of the whole process tree (/proc/PID/smaps_rollup: a page that
+processes share, as a child forked from the JVM does, counts once), the JVM's CPU time and the driver's (the Python
 processes), all from /proc; Spark's event log gives each stage's wall time, task time and CPU time. Then
 (first run only, current code) the reference replay (planner.replay) in a child process, and whether its
 scenario figures equal Spark's. With --baseline REV (a commit, exported with `git archive`; or a checkout
@@ -48,7 +49,8 @@ GiB = 1024 ** 3
 
 
 def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> dict:
-    """Run cmd; wall time, peak RSS (java processes / whole tree) and the JVMs' CPU, sampled every 50 ms."""
+    """Run cmd; wall time, peak memory (RSS of the java processes; PSS of the whole process tree, so pages
+    shared between processes count once) and the JVMs' CPU, sampled every 50 ms."""
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = {"java": 0, "tree": 0}
@@ -69,7 +71,7 @@ def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> dic
             for p in procs:
                 try:
                     rss = p.memory_info().rss
-                    tree += rss
+                    tree += pss(p.pid)
                     t = p.cpu_times()
                     if "java" in p.name():
                         java += rss
@@ -94,11 +96,24 @@ def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> dic
     t.join()
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-4000:]}")
-    return {"wall_s": wall, "jvm_peak_rss": peak["java"], "tree_peak_rss": peak["tree"], "jvm_cpu_s": sum(cpu.values()),
+    return {"wall_s": wall, "jvm_peak_rss": peak["java"], "tree_peak_pss": peak["tree"], "jvm_cpu_s": sum(cpu.values()),
             "driver_cpu_s": sum(py.values()), "jvm_threads_cpu_s": thread_groups(threads), "stdout": out}
 
 
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def pss(pid: int) -> int:
+    """A process's proportional set size (bytes, /proc/PID/smaps_rollup): its private pages plus its share of
+    the pages it shares. Summed over a process tree, a page two processes share counts once, where RSS counts
+    it in each (a child forked from the JVM at its exit shows the JVM's whole RSS until it execs)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def jvm_threads(pid: int) -> dict[int, tuple[str, float]]:
@@ -280,16 +295,16 @@ def one_case(kind: str, n: int, runs: int, master: str, work: Path, checkouts: d
             print(f"  {kind} {n:>9,} {label:>8} run {i + 1}: {r['wall_s']:.1f}s (job {r['job_s']:.1f}s, "
                   f"Spark app start to first job {sp.get('first_job_s') or 0:.1f}s), JVM CPU {r['jvm_cpu_s']:.1f}s, "
                   f"driver CPU {r['driver_cpu_s']:.1f}s, JVM CPU by threads "
-                  f"{', '.join(f'{k} {v:.1f}s' for k, v in r['jvm_threads_cpu_s'].items())}, JVM peak {r['jvm_peak_rss'] / GiB:.2f} GiB, tree "
-                  f"{r['tree_peak_rss'] / GiB:.2f} GiB, load {load:.1f}", flush=True)
+                  f"{', '.join(f'{k} {v:.1f}s' for k, v in r['jvm_threads_cpu_s'].items())}, JVM peak RSS {r['jvm_peak_rss'] / GiB:.2f} GiB, tree PSS "
+                  f"{r['tree_peak_pss'] / GiB:.2f} GiB, load {load:.1f}", flush=True)
             if i == 0 and label == "now":
                 q = measure([sys.executable, "-c", REFERENCE, str(snap), str(out)], checkout)
                 q.update(json.loads(q.pop("stdout")))
                 result[label]["reference"].append(q)
                 agree = _agree(out)
                 result[label]["agree"] = agree
-                print(f"  {kind} {n:>9,} {label:>8} reference: {q['wall_s']:.1f}s, peak "
-                      f"{q['tree_peak_rss'] / GiB:.2f} GiB, Spark and reference agree: {agree}", flush=True)
+                print(f"  {kind} {n:>9,} {label:>8} reference: {q['wall_s']:.1f}s, peak PSS "
+                      f"{q['tree_peak_pss'] / GiB:.2f} GiB, Spark and reference agree: {agree}", flush=True)
             shutil.rmtree(out, ignore_errors=True)
     for label in checkouts:
         sp = result[label]["spark"]
@@ -298,7 +313,7 @@ def one_case(kind: str, n: int, runs: int, master: str, work: Path, checkouts: d
             jvm_cpu_median_s=statistics.median(r["jvm_cpu_s"] for r in sp),
             driver_cpu_median_s=statistics.median(r["driver_cpu_s"] for r in sp),
             jvm_peak_rss_gib=max(r["jvm_peak_rss"] for r in sp) / GiB,
-            tree_peak_rss_gib=max(r["tree_peak_rss"] for r in sp) / GiB,
+            tree_peak_pss_gib=max(r["tree_peak_pss"] for r in sp) / GiB,
             evaluated=sp[0]["evaluated"], scenarios=sp[0]["scenarios"],
             reference_wall_s=result[label]["reference"][0]["wall_s"] if result[label]["reference"] else None)
     if not keep:
@@ -358,14 +373,14 @@ def main() -> int:
     end_load = os.getloadavg()
     print()
     print(f"{'cluster':>8} {'partitions':>10} {'checkout':>8} {'scen':>5} {'part-scen':>10} {'spark s':>8} "
-          f"{'JVM CPU':>8} {'drv CPU':>8} {'JVM GiB':>8} {'tree GiB':>8} {'ref s':>7} {'agree':>6}")
+          f"{'JVM CPU':>8} {'drv CPU':>8} {'JVM RSS':>8} {'tree PSS':>8} {'ref s':>7} {'agree':>6}")
     for res in results:
         for label in checkouts:
             r = res[label]
             ref = f"{r['reference_wall_s']:>7.1f}" if r["reference_wall_s"] is not None else f"{'-':>7}"
             print(f"{res['cluster']:>8} {res['partitions']:>10,} {label:>8} {r['scenarios']:>5} {r['evaluated']:>10,} "
                   f"{r['wall_median_s']:>8.1f} {r['jvm_cpu_median_s']:>8.1f} {r['driver_cpu_median_s']:>8.1f} "
-                  f"{r['jvm_peak_rss_gib']:>8.2f} {r['tree_peak_rss_gib']:>8.2f} {ref} {str(r.get('agree', '-')):>6}")
+                  f"{r['jvm_peak_rss_gib']:>8.2f} {r['tree_peak_pss_gib']:>8.2f} {ref} {str(r.get('agree', '-')):>6}")
         if "baseline" in checkouts:
             b, c = res["baseline"], res["now"]
             res["ratio_now_over_baseline"] = c["wall_median_s"] / b["wall_median_s"]
