@@ -151,7 +151,20 @@ def test_spark_job_agrees_with_reference_on_the_realistic_bench_state(spark, tmp
     prepared = risk.prepare(req)
     job.run(spark, prepared, req.out)
     state = replay.ClusterState.from_snapshot(sio.read_snapshot(snap))
-    assert_same(req.out, replay.replay(state, prepared.scenarios, prepared.kafka_version))
+    ref = replay.replay(state, prepared.scenarios, prepared.kafka_version)
+    assert_same(req.out, ref)
+    # the summary's worst partitions: the 20 worst sweep scenarios' 5 worst rows (severity >= 1) of the reference
+    summary = json.loads((req.out / "summary.json").read_text())
+    ranked = sorted(summary["scenarios"], key=lambda r: (-r["level_rank"], -r["score"], r["scenario_id"]))
+    listed = {r["scenario_id"] for r in ranked[:20]}
+    rows = [r for r in ref.rows.select(["scenario_id", "topic", "partition", "severity", "new_leader", "new_isr"])
+            .to_pylist() if r["severity"] >= 1]
+    for sc in summary["scenarios"]:
+        want = sorted((r for r in rows if r["scenario_id"] == sc["scenario_id"]),
+                      key=lambda r: (-r["severity"], r["topic"], r["partition"]))[:5] if sc["scenario_id"] in listed else []
+        got = [{k: w[k] for k in ("topic", "partition", "severity", "new_leader", "new_isr")} for w in sc["worst_partitions"]]
+        assert got == [{k: r[k] for k in ("topic", "partition", "severity", "new_leader", "new_isr")} for r in want], sc["name"]
+    assert sum(len(sc["worst_partitions"]) for sc in summary["scenarios"]) >= 20
 
 
 # ------------------------------------------------------------------------------------------ bad input

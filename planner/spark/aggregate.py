@@ -1,77 +1,159 @@
-"""The risk job's aggregation: the rows of partitions.parquet summed per scenario in one shuffle, then the
-per-scenario figures on the driver (planner.risk_model's leader load, levels and score), and the worst
-partitions the summary lists."""
+"""The risk job's aggregation, on the driver from the partitions.parquet the job wrote: the rows summed per
+scenario in one streaming pass over their narrow columns (numpy, Arrow batches: no second Spark query and no
+read back into Spark), the states' baseline from the partitions table (one small Spark aggregation), then the
+per-scenario figures (planner.risk_model's leader load, levels and score), and the worst partitions the summary
+lists (a second pass that keeps only the listed scenarios' rows at or above their severity floor)."""
 
 from __future__ import annotations
 
+from functools import reduce
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import Window
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from pyspark.sql import functions as F
 
 from planner import risk as risk_lib
 from planner import risk_model as rm
-from planner.spark.columns import frame, ints
+from planner.spark.columns import ints
 
 _BASELINE = ["offline", "under_min_isr", "at_min_isr", "under_replicated", "rf1_hit"]
 SEVERITY_COUNTS = ["_sev1", "_sev2", "_sev3", "_sev4"]
+FLAGS = rm.COUNTED + SEVERITY_COUNTS
+# partitions.parquet's columns the sums read (one-shot rows; restart and rolling rows add one each)
+_SUMMED = ["scenario_id", "leader", "new_leader", "severity", "shutdown_blocked_by", *rm.COUNTED]
 
 
-def aggregates(spark: Any, prepared: risk_lib.Prepared, rows: Any, parts: Any) -> pa.Table:
-    """One aggregation (one shuffle) of small results, keyed (sid, b):
-      sid >= 0, b = -2   a scenario's evaluated count and outcome counts
-      sid >= 0, b >= 0   a scenario's leader-count change on broker b (new leader +1, old leader -1; for
-                         rolling steps also the changes earlier steps left once their brokers returned,
-                         for restart steps also the demotion's)
-      sid = -1 - state   b = leader: the state's leader counts before any scenario, plus its baseline
-                         health (offline, under-min-ISR, ... with the same outcome definitions).
-    """
-    flags = rm.COUNTED + SEVERITY_COUNTS
-    zeros = [F.lit(0).cast("long").alias(k) for k in flags]
+def rows_dataset(path: Path | str) -> ds.Dataset:
+    """partitions.parquet as Spark wrote it (a folder of part files; '_' and '.' files are not data)."""
+    return ds.dataset(str(path), format="parquet")
 
-    def moves(frame: Any, sid: str, new: str, old: str = "leader") -> Any:
-        pair = F.array(F.struct(F.col(new).alias("b"), F.lit(1).alias("d")),
-                       F.struct(F.col(old).alias("b"), F.lit(-1).alias("d")))
-        return (frame.where(F.col(new) != F.col(old))
-                .select(F.col(sid).alias("sid"), F.explode(pair).alias("x")).where("x.b >= 0")
-                .select("sid", F.col("x.b").cast("int").alias("b"), F.col("x.d").cast("long").alias("d"), *zeros))
 
-    counts = rows.select(F.col("scenario_id").alias("sid"), F.lit(-2).alias("b"), F.lit(1).cast("long").alias("d"),
-                         *[F.col(k).cast("long").alias(k) for k in rm.COUNTED],
-                         *[(F.col("severity") == i).cast("long").alias(k) for i, k in enumerate(SEVERITY_COUNTS, 1)])
+class _Tally:
+    """Integer sums per (row key, broker id) over batches: a dense matrix over the broker ids seen so far
+    (ids are any int: a registered broker's, or an unregistered id a partition still names)."""
+
+    def __init__(self, keys: int) -> None:
+        self.ids = np.zeros(0, np.int64)
+        self.m = np.zeros((keys, 0), np.int64)
+
+    def add(self, key: np.ndarray, broker: np.ndarray, sign: int) -> None:
+        """+sign at (key[i], broker[i]) for every i with broker[i] >= 0 (-1: no broker, as Spark's `b >= 0`)."""
+        keep = broker >= 0
+        key, broker = key[keep], broker[keep].astype(np.int64)
+        if not broker.size:
+            return
+        new = np.setdiff1d(np.unique(broker), self.ids, assume_unique=True)
+        if new.size:
+            ids = np.union1d(self.ids, new)
+            m = np.zeros((self.m.shape[0], ids.size), np.int64)
+            m[:, np.searchsorted(ids, self.ids)] = self.m
+            self.ids, self.m = ids, m
+        flat = key.astype(np.int64) * self.ids.size + np.searchsorted(self.ids, broker)
+        self.m += sign * np.bincount(flat, minlength=self.m.size).reshape(self.m.shape)
+
+
+def _ints(batch: pa.RecordBatch, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """An int column as (values with nulls as 0, validity)."""
+    c = batch.column(name)
+    return pc.fill_null(c, 0).to_numpy().astype(np.int64), pc.is_valid(c).to_numpy(zero_copy_only=False)
+
+
+def _moves(tally: _Tally, key: np.ndarray, new: tuple[np.ndarray, np.ndarray], old: tuple[np.ndarray, np.ndarray],
+           rows: np.ndarray | None = None) -> None:
+    """A leadership change per row where both are known and differ: +1 on the new leader, -1 on the old one."""
+    (n, n_ok), (o, o_ok) = new, old
+    m = n_ok & o_ok & (n != o)
+    if rows is not None:
+        m &= rows
+    tally.add(key[m], n[m], 1)
+    tally.add(key[m], o[m], -1)
+
+
+def row_sums(prepared: risk_lib.Prepared, path: Path | str) -> dict[str, np.ndarray]:
+    """The rows of partitions.parquet summed, keyed (sid, b) as `aggregates` documents (without the baseline)."""
+    n = max((s.id for s in prepared.scenarios), default=-1) + 1
     later = [(a.id, b.id) for a in prepared.scenarios for b in prepared.scenarios
              if a.kind == b.kind == "rolling" and a.sequence == b.sequence and a.step < b.step]
-    later_df = frame(spark, {"sid_j": (pa.int32(), [x for x, _ in later]),
-                              "sid_k": (pa.int32(), [y for _, y in later])})
-    carried = (rows.where(F.col("returned_leader").isNotNull())
-               .join(F.broadcast(later_df), F.col("scenario_id") == F.col("sid_j")))
+    restart = any(s.kind == "restart" for s in prepared.scenarios)
+    cols = _SUMMED + (["demoted_from"] if restart else []) + (["returned_leader"] if later else [])
+    evaluated = np.zeros(n, np.int64)
+    flags = np.zeros((len(FLAGS), n), np.int64)
+    # keys [0, n): a scenario's own leadership changes; [n, 2n): a rolling step's returned leaders, carried
+    # into every later step of its sequence below
+    tally = _Tally(2 * n)
+    blocked: set[tuple[int, int]] = set()
+    # a few batches in flight (of the narrow columns only): the driver's memory stays flat at any size
+    for batch in rows_dataset(path).to_batches(columns=cols, batch_readahead=4, fragment_readahead=2):
+        sid = batch.column("scenario_id").to_numpy().astype(np.int64)
+        evaluated += np.bincount(sid, minlength=n)
+        for i, k in enumerate(rm.COUNTED):
+            f = pc.fill_null(batch.column(k), False).to_numpy(zero_copy_only=False)
+            flags[i] += np.bincount(sid[f], minlength=n)
+        sev = pc.fill_null(batch.column("severity"), 0).to_numpy()
+        for i in range(1, 5):
+            flags[len(rm.COUNTED) + i - 1] += np.bincount(sid[sev == i], minlength=n)
+        leader = _ints(batch, "leader")
+        _moves(tally, sid, _ints(batch, "new_leader"), leader)
+        if restart:   # the demotion moved leadership before the broker stopped (demoted_from -> leader)
+            _moves(tally, sid, leader, _ints(batch, "demoted_from"))
+        if later:
+            _moves(tally, sid + n, _ints(batch, "returned_leader"), leader)
+        by, by_ok = _ints(batch, "shutdown_blocked_by")
+        m = by_ok & (by >= 0)   # broker `by`'s controlled shutdown fails in this scenario
+        blocked.update(zip(sid[m].tolist(), by[m].tolist(), strict=True))
+    moves = tally.m[:n].copy()
+    for j, k in later:
+        moves[k] += tally.m[n + j]
+    has = evaluated > 0
+    s_cnt = np.nonzero(has)[0]
+    s_mv, b_mv = np.nonzero(moves)
+    bl = sorted(blocked)
+    sid_all = np.concatenate([s_cnt, s_mv, np.array([s for s, _ in bl], np.int64)])
+    b_all = np.concatenate([np.full(s_cnt.size, -2), tally.ids[b_mv], np.array([-3 - b for _, b in bl], np.int64)])
+    d_all = np.concatenate([evaluated[has], moves[s_mv, b_mv], np.zeros(len(bl), np.int64)])
+    out = {"sid": sid_all, "b": b_all, "d": d_all}
+    zeros = np.zeros(s_mv.size + len(bl), np.int64)
+    for i, k in enumerate(FLAGS):
+        out[k] = np.concatenate([flags[i][has], zeros])
+    return out
+
+
+def baseline_sums(prepared: risk_lib.Prepared, parts: Any) -> dict[str, np.ndarray]:
+    """sid = -1 - state, b = leader: each state's leader counts before any scenario, plus its baseline health
+    (offline, under-min-ISR, ... with the same outcome definitions): one small aggregation of the partitions
+    table in Spark."""
     # The state as it is: a leader that is not registered leads nothing, and ISR members that are not
     # registered are not in sync (replay.baseline counts the same way).
     dead_ids = sorted(b for b, ok in prepared.info.alive.items() if not ok)
     dead = ints(dead_ids)
     facts = {"new_leader": F.when(F.array_contains(dead, F.col("leader")), F.lit(-1)).otherwise(F.col("leader")),
-             "new_isr_size": F.size(F.array_except("isr", dead)) if dead_ids else F.size("isr"), "unclean_allowed": F.col("unclean"),
-             "unclean_taken": F.lit(False), "live_replica_exists": F.lit(True)}
+             "new_isr_size": F.size(F.array_except("isr", dead)) if dead_ids else F.size("isr"),
+             "unclean_allowed": F.col("unclean"), "unclean_taken": F.lit(False), "live_replica_exists": F.lit(True)}
     base = parts.withColumns(facts).withColumn("eff_min_isr", rm.to_spark(rm.effective_min_isr(prepared.kafka_version)))
-    base = base.select((-1 - F.when(F.col("state") == "plan", 1).otherwise(0)).alias("sid"), F.col("leader").alias("b"),
-                       F.lit(1).cast("long").alias("d"),
-                       *[(rm.to_spark(rm.OUTCOMES[k]).cast("long") if k in _BASELINE else F.lit(0).cast("long")).alias(k)
-                         for k in flags])
-    # b <= -3: broker -3 - b's controlled shutdown fails in this scenario (some partition blocks it)
-    blocked = (rows.where(F.col("shutdown_blocked_by") >= 0)
-               .select(F.col("scenario_id").alias("sid"), (F.lit(-3) - F.col("shutdown_blocked_by")).cast("int").alias("b"),
-                       F.lit(0).cast("long").alias("d"), *zeros))
-    # restart steps: the demotion moved leadership before the broker stopped (demoted_from -> leader)
-    demoted = rows.where(F.col("demoted_from").isNotNull())
-    union = counts.unionByName(moves(rows, "scenario_id", "new_leader")).unionByName(base).unionByName(blocked)
-    # each branch scans partitions.parquet: only those that can hold rows
-    if any(s.kind == "restart" for s in prepared.scenarios):
-        union = union.unionByName(moves(demoted, "scenario_id", "leader", "demoted_from"))
-    if later:
-        union = union.unionByName(moves(carried, "sid_k", "returned_leader"))
-    return union.groupBy("sid", "b").agg(F.sum("d").alias("d"), *[F.sum(k).alias(k) for k in flags]).toArrow()
+    t = (base.select((-1 - F.when(F.col("state") == "plan", 1).otherwise(0)).alias("sid"), F.col("leader").alias("b"),
+                     *[rm.to_spark(rm.OUTCOMES[k]).cast("long").alias(k) for k in _BASELINE])
+         .groupBy("sid", "b").agg(F.count(F.lit(1)).alias("d"), *[F.sum(k).alias(k) for k in _BASELINE]).toArrow())
+    out = {k: pc.fill_null(t.column(k), 0).to_numpy().astype(np.int64) for k in ("sid", "b", "d", *_BASELINE)}
+    return {**out, **{k: np.zeros(t.num_rows, np.int64) for k in FLAGS if k not in _BASELINE}}
+
+
+def aggregates(spark: Any, prepared: risk_lib.Prepared, rows_path: Path | str, parts: Any) -> pa.Table:
+    """The sums `finish` reads, keyed (sid, b):
+      sid >= 0, b = -2   a scenario's evaluated count and outcome counts
+      sid >= 0, b >= 0   a scenario's leader-count change on broker b (new leader +1, old leader -1; for
+                         rolling steps also the changes earlier steps left once their brokers returned,
+                         for restart steps also the demotion's)
+      sid >= 0, b <= -3  broker -3 - b's controlled shutdown fails in this scenario (some partition blocks it)
+      sid = -1 - state   b = leader: the state's leader counts before any scenario, plus its baseline
+                         health (offline, under-min-ISR, ... with the same outcome definitions).
+    The rows from partitions.parquet at `rows_path` (row_sums), the baseline from `parts` (baseline_sums)."""
+    a, b = row_sums(prepared, rows_path), baseline_sums(prepared, parts)
+    return pa.table({k: pa.array(np.concatenate([a[k], b[k]]), pa.int32() if k in ("sid", "b") else pa.int64())
+                     for k in ("sid", "b", "d", *FLAGS)})
 
 
 def finish(prepared: risk_lib.Prepared, agg: pa.Table) -> tuple[pa.Table, dict[str, dict[str, int]],
@@ -117,24 +199,31 @@ def finish(prepared: risk_lib.Prepared, agg: pa.Table) -> tuple[pa.Table, dict[s
 
 
 WORST_SCENARIOS = 20
+WORST_COLUMNS = ["scenario_id", "topic", "partition", "replicas", "leader", "isr", "new_leader", "new_isr",
+                 "severity", *rm.OUTCOMES, "leader_changes", "shutdown_blocked_by", "clean_return", "isr_alternatives"]
 
 
-def worst_partitions(spark: Any, rows: Any, severities: dict[int, list[int]], scenario_ids: list[int],
-                     k: int = rm.WORST_PER_SCENARIO) -> Any:
-    """Top k rows by (severity desc, topic, partition) of each listed scenario. Only rows at or above the
-    severity where a scenario's k worst are found take part (known from the severity counts), so the
-    window sorts a few rows per scenario instead of all of them."""
-    floor = []
+def worst_partitions(rows_path: Path | str, severities: dict[int, list[int]], scenario_ids: list[int],
+                     k: int = rm.WORST_PER_SCENARIO) -> pa.Table:
+    """Top k rows by (severity desc, topic, partition) of each listed scenario, severity >= 1, read from
+    partitions.parquet. Only rows at or above the severity where a scenario's k worst are found are kept as
+    the files are read (known from the severity counts), so a few rows per scenario are sorted."""
+    floors: dict[int, list[int]] = {}
     for sid in scenario_ids:
         hist = severities.get(sid, [0, 0, 0, 0])  # rows with severity 1..4
-        t = next((lvl for lvl in (4, 3, 2, 1) if sum(hist[lvl - 1:]) >= k), 1)
-        floor.append((sid, t))
-    th = frame(spark, {"scenario_id": (pa.int32(), [x for x, _ in floor]), "_floor": (pa.int8(), [t for _, t in floor])})
-    w = Window.partitionBy("scenario_id").orderBy(F.desc("severity"), "topic", "partition")
-    keep = ["scenario_id", "topic", "partition", "replicas", "leader", "isr", "new_leader", "new_isr", "severity",
-            *rm.OUTCOMES, "leader_changes", "shutdown_blocked_by", "clean_return", "isr_alternatives"]
-    return (rows.join(F.broadcast(th), "scenario_id").where(F.col("severity") >= F.col("_floor"))
-            .withColumn("_rn", F.row_number().over(w)).where(F.col("_rn") <= k).select(*keep))
+        floors.setdefault(next((lvl for lvl in (4, 3, 2, 1) if sum(hist[lvl - 1:]) >= k), 1), []).append(sid)
+    data = rows_dataset(rows_path)
+    if not floors:
+        return data.schema.empty_table().select(WORST_COLUMNS)
+    keep = [(ds.field("scenario_id").isin(pa.array(ids, pa.int32()))) & (ds.field("severity") >= t)
+            for t, ids in floors.items()]
+    t = data.to_table(columns=WORST_COLUMNS, filter=reduce(lambda x, y: x | y, keep))
+    t = t.sort_by([("scenario_id", "ascending"), ("severity", "descending"), ("topic", "ascending"),
+                   ("partition", "ascending")])
+    sid = t.column("scenario_id").to_numpy()
+    first = np.ones(sid.size, bool)
+    first[k:] = sid[k:] != sid[:-k] if sid.size > k else True
+    return t.filter(pa.array(first))
 
 
 def listed_scenarios(table: pa.Table) -> list[int]:

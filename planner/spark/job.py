@@ -116,7 +116,9 @@ def load_partitions(spark: Any, prepared: risk_lib.Prepared) -> Any:
         parts = spark.createDataFrame(t)
     else:
         f = info.path / "partitions.parquet"
-        parts = spark.read.parquet(str(f))
+        # with the schema given, Spark runs no job to read the files' footers for it
+        ddl = spark_ddl(pq.read_schema(f), [*cols, "state_error"])
+        parts = (spark.read.schema(ddl) if ddl else spark.read).parquet(str(f))
         if prepared.unknown:
             parts = parts.where(F.col("state_error").isNull())
         parts = parts.select(*cols)
@@ -152,6 +154,32 @@ def load_partitions(spark: Any, prepared: risk_lib.Prepared) -> Any:
                          "min_isr", "unclean", F.lit("plan").alias("state"), *extra))
         parts = parts.unionByName(after)
     return parts.withColumn("rf", F.size("replicas"))
+
+
+_SQL_TYPES = {pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INT", pa.int64(): "BIGINT",
+              pa.bool_(): "BOOLEAN", pa.string(): "STRING", pa.large_string(): "STRING"}
+
+
+def spark_ddl(schema: pa.Schema, names: list[str]) -> str | None:
+    """The Spark SQL schema (DDL) of the named columns of a Parquet file's Arrow schema, the columns it does not
+    have left out; None for a type not mapped here (then Spark reads the schema from the files)."""
+
+    def sql(t: pa.DataType) -> str | None:
+        if pa.types.is_dictionary(t):
+            t = t.value_type
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            inner = sql(t.value_type)
+            return f"ARRAY<{inner}>" if inner else None
+        return _SQL_TYPES.get(t)
+
+    fields = []
+    for name in dict.fromkeys(names):
+        if name in schema.names:
+            t = sql(schema.field(name).type)
+            if t is None:
+                return None
+            fields.append(f"`{name}` {t}")
+    return ", ".join(fields)
 
 
 _INTS = pa.list_(pa.int32())
@@ -356,13 +384,13 @@ def run(spark: Any, prepared: risk_lib.Prepared, out: Path | str,
     out.mkdir(parents=True, exist_ok=True)
     parts = load_partitions(spark, prepared)
     rows = evaluate(spark, prepared, parts)
-    rows_path = str(out / "partitions.parquet")
-    rows.write.mode("overwrite").parquet(rows_path)
+    rows_path = out / "partitions.parquet"
+    rows.write.mode("overwrite").parquet(str(rows_path))
     progress(f"partitions.parquet written ({time.monotonic() - started:.1f}s)")
-    # read back with the schema it was written with: no job reading the files' footers to infer it
-    written = spark.read.schema(rows.schema).parquet(rows_path)
-    table, base, severities = finish(prepared, aggregates(spark, prepared, written, parts))
-    worst = worst_partitions(spark, written, severities, listed_scenarios(table)).toArrow()
+    # summed on the driver from the files just written (Arrow batches of their narrow columns), not by
+    # further Spark queries: those cost more in planning, code generation and JIT than the scan itself
+    table, base, severities = finish(prepared, aggregates(spark, prepared, rows_path, parts))
+    worst = worst_partitions(rows_path, severities, listed_scenarios(table))
     pq.write_table(table, out / "scenarios.parquet")
     summary = risk_lib.build_summary(prepared, table, worst, base, time.monotonic() - started)
     tmp = out / "summary.json.tmp"
