@@ -1,6 +1,6 @@
 """The risk job's aggregation, on the driver from the partitions.parquet the job wrote: the rows summed per
 scenario in one streaming pass over their narrow columns (numpy, Arrow batches: no second Spark query and no
-read back into Spark), the states' baseline from the partitions table (one small Spark aggregation), then the
+read back into Spark), the states' baseline from the snapshot (numpy, with the same outcome expressions), then the
 per-scenario figures (planner.risk_model's leader load, levels and score), and the worst partitions the summary
 lists (a second pass that keeps only the listed scenarios' rows at or above their severity floor)."""
 
@@ -14,11 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from pyspark.sql import functions as F
 
 from planner import risk as risk_lib
 from planner import risk_model as rm
-from planner.spark.columns import ints
 
 _BASELINE = ["offline", "under_min_isr", "at_min_isr", "under_replicated", "rf1_hit"]
 SEVERITY_COUNTS = ["_sev1", "_sev2", "_sev3", "_sev4"]
@@ -29,7 +27,9 @@ _SUMMED = ["scenario_id", "leader", "new_leader", "severity", "shutdown_blocked_
 
 def rows_dataset(path: Path | str) -> ds.Dataset:
     """partitions.parquet as Spark wrote it (a folder of part files; '_' and '.' files are not data)."""
-    return ds.dataset(str(path), format="parquet")
+    # pages decoded as they are read, not whole column chunks buffered first: the driver's memory stays flat
+    fmt = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
+    return ds.dataset(str(path), format=fmt)
 
 
 class _Tally:
@@ -87,7 +87,8 @@ def row_sums(prepared: risk_lib.Prepared, path: Path | str) -> dict[str, np.ndar
     tally = _Tally(2 * n)
     blocked: set[tuple[int, int]] = set()
     # a few batches in flight (of the narrow columns only): the driver's memory stays flat at any size
-    for batch in rows_dataset(path).to_batches(columns=cols, batch_readahead=4, fragment_readahead=2):
+    batches = rows_dataset(path).to_batches(columns=cols, batch_size=65_536, batch_readahead=2, fragment_readahead=1)
+    for batch in batches:
         sid = batch.column("scenario_id").to_numpy().astype(np.int64)
         evaluated += np.bincount(sid, minlength=n)
         for i, k in enumerate(rm.COUNTED):
@@ -122,26 +123,65 @@ def row_sums(prepared: risk_lib.Prepared, path: Path | str) -> dict[str, np.ndar
     return out
 
 
-def baseline_sums(prepared: risk_lib.Prepared, parts: Any) -> dict[str, np.ndarray]:
+def _lists(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """A list<int> column as (values, row index of each value); a null list is empty."""
+    arr = pc.fill_null(col, pa.scalar([], type=col.type)).combine_chunks()
+    return (arr.flatten().to_numpy(zero_copy_only=False).astype(np.int64),
+            pc.list_parent_indices(arr).to_numpy(zero_copy_only=False).astype(np.int64))
+
+
+def baseline_sums(prepared: risk_lib.Prepared) -> dict[str, np.ndarray]:
     """sid = -1 - state, b = leader: each state's leader counts before any scenario, plus its baseline health
-    (offline, under-min-ISR, ... with the same outcome definitions): one small aggregation of the partitions
-    table in Spark."""
-    # The state as it is: a leader that is not registered leads nothing, and ISR members that are not
-    # registered are not in sync (replay.baseline counts the same way).
-    dead_ids = sorted(b for b, ok in prepared.info.alive.items() if not ok)
-    dead = ints(dead_ids)
-    facts = {"new_leader": F.when(F.array_contains(dead, F.col("leader")), F.lit(-1)).otherwise(F.col("leader")),
-             "new_isr_size": F.size(F.array_except("isr", dead)) if dead_ids else F.size("isr"),
-             "unclean_allowed": F.col("unclean"), "unclean_taken": F.lit(False), "live_replica_exists": F.lit(True)}
-    base = parts.withColumns(facts).withColumn("eff_min_isr", rm.to_spark(rm.effective_min_isr(prepared.kafka_version)))
-    t = (base.select((-1 - F.when(F.col("state") == "plan", 1).otherwise(0)).alias("sid"), F.col("leader").alias("b"),
-                     *[rm.to_spark(rm.OUTCOMES[k]).cast("long").alias(k) for k in _BASELINE])
-         .groupBy("sid", "b").agg(F.count(F.lit(1)).alias("d"), *[F.sum(k).alias(k) for k in _BASELINE]).toArrow())
-    out = {k: pc.fill_null(t.column(k), 0).to_numpy().astype(np.int64) for k in ("sid", "b", "d", *_BASELINE)}
-    return {**out, **{k: np.zeros(t.num_rows, np.int64) for k in FLAGS if k not in _BASELINE}}
+    (offline, under-min-ISR, ... with planner.risk_model's outcome definitions), from the snapshot's columns
+    and, for the state after the plan, its targets (replicas = ISR = target, leader = target[0]): the
+    partitions the job evaluates (load_partitions), summed on the driver."""
+    info = prepared.info
+    t = info.partition_columns(["topic", "partition", "replicas", "isr", "leader", "state_error"])
+    t = t.filter(pc.is_null(t.column("state_error")))   # a partition whose state is unknown is never scored
+    topic = t.column("topic")
+    topic = pc.cast(topic, pa.string()) if pa.types.is_dictionary(topic.type) else topic
+    topics = info.topics
+    at = pc.index_in(topic, value_set=pc.cast(topics.column("topic"), pa.string()))
+    min_isr = pc.fill_null(pc.take(pc.cast(topics.column("min_insync_replicas"), pa.int64()), at), 1).to_numpy()
+    unclean = pc.fill_null(pc.take(topics.column("unclean_leader_election"), at), False).to_numpy(zero_copy_only=False)
+    n = t.num_rows
+    dead = np.array(sorted(b for b, ok in info.alive.items() if not ok), np.int64)
+    states = [("current", t.column("replicas"), t.column("isr"), pc.fill_null(t.column("leader"), -1).to_numpy())]
+    if prepared.plan_entries is not None:
+        keys = pc.binary_join_element_wise(topic, pc.cast(t.column("partition"), pa.string()), "\t")
+        row = pc.index_in(keys, value_set=pa.array([f"{e.topic}\t{e.partition}" for e in prepared.plan_entries],
+                                                   pa.string()))
+        target = pc.take(pa.array([list(e.replicas) for e in prepared.plan_entries], pa.list_(pa.int32())), row)
+        moved = pc.is_valid(row)
+        first = pc.fill_null(pc.list_element(pc.fill_null(target, pa.scalar([-1], pa.list_(pa.int32()))), 0), -1)
+        states.append(("plan", pc.if_else(moved, target, t.column("replicas")), pc.if_else(moved, target, t.column("isr")),
+                       np.where(moved.to_numpy(zero_copy_only=False), first.to_numpy(), states[0][3])))
+    out: dict[str, list[np.ndarray]] = {k: [] for k in ("sid", "b", "d", *FLAGS)}
+    for i, (_, replicas, isr, leader) in enumerate(states):
+        # as it is: a leader that is not registered leads nothing, ISR members not registered are not in sync
+        members, owner = _lists(isr)
+        if dead.size:   # the distinct members that are not dead (Spark's array_except)
+            live = ~np.isin(members, dead)
+            pairs = np.unique(np.stack([owner[live], members[live]]), axis=1)
+            isr_size = np.bincount(pairs[0], minlength=n)
+        else:
+            isr_size = np.bincount(owner, minlength=n)
+        env = {"leader": leader, "new_leader": np.where(np.isin(leader, dead), -1, leader), "new_isr_size": isr_size,
+               "rf": pc.list_value_length(pc.fill_null(replicas, pa.scalar([], type=replicas.type))).to_numpy(),
+               "min_isr": min_isr, "unclean_allowed": unclean, "unclean_taken": np.zeros(n, bool),
+               "live_replica_exists": np.ones(n, bool)}
+        env["eff_min_isr"] = rm.eval_numpy(rm.effective_min_isr(prepared.kafka_version), env)
+        b, inv = np.unique(leader, return_inverse=True)
+        out["sid"].append(np.full(b.size, -1 - i))
+        out["b"].append(b)
+        out["d"].append(np.bincount(inv, minlength=b.size))
+        for k in FLAGS:
+            flag = np.broadcast_to(rm.eval_numpy(rm.OUTCOMES[k], env), n) if k in _BASELINE else np.zeros(n, bool)
+            out[k].append(np.bincount(inv[flag], minlength=b.size))
+    return {k: np.concatenate(v).astype(np.int64) for k, v in out.items()}
 
 
-def aggregates(spark: Any, prepared: risk_lib.Prepared, rows_path: Path | str, parts: Any) -> pa.Table:
+def aggregates(prepared: risk_lib.Prepared, rows_path: Path | str) -> pa.Table:
     """The sums `finish` reads, keyed (sid, b):
       sid >= 0, b = -2   a scenario's evaluated count and outcome counts
       sid >= 0, b >= 0   a scenario's leader-count change on broker b (new leader +1, old leader -1; for
@@ -150,8 +190,8 @@ def aggregates(spark: Any, prepared: risk_lib.Prepared, rows_path: Path | str, p
       sid >= 0, b <= -3  broker -3 - b's controlled shutdown fails in this scenario (some partition blocks it)
       sid = -1 - state   b = leader: the state's leader counts before any scenario, plus its baseline
                          health (offline, under-min-ISR, ... with the same outcome definitions).
-    The rows from partitions.parquet at `rows_path` (row_sums), the baseline from `parts` (baseline_sums)."""
-    a, b = row_sums(prepared, rows_path), baseline_sums(prepared, parts)
+    The rows from partitions.parquet at `rows_path` (row_sums), the baseline from the snapshot (baseline_sums)."""
+    a, b = row_sums(prepared, rows_path), baseline_sums(prepared)
     return pa.table({k: pa.array(np.concatenate([a[k], b[k]]), pa.int32() if k in ("sid", "b") else pa.int64())
                      for k in ("sid", "b", "d", *FLAGS)})
 
@@ -217,7 +257,8 @@ def worst_partitions(rows_path: Path | str, severities: dict[int, list[int]], sc
         return data.schema.empty_table().select(WORST_COLUMNS)
     keep = [(ds.field("scenario_id").isin(pa.array(ids, pa.int32()))) & (ds.field("severity") >= t)
             for t, ids in floors.items()]
-    t = data.to_table(columns=WORST_COLUMNS, filter=reduce(lambda x, y: x | y, keep))
+    t = data.scanner(columns=WORST_COLUMNS, filter=reduce(lambda x, y: x | y, keep), batch_size=32_768, batch_readahead=2,
+                     fragment_readahead=1).to_table()   # the wide columns a few batches at a time
     t = t.sort_by([("scenario_id", "ascending"), ("severity", "descending"), ("topic", "ascending"),
                    ("partition", "ascending")])
     sid = t.column("scenario_id").to_numpy()

@@ -389,7 +389,7 @@ def run(spark: Any, prepared: risk_lib.Prepared, out: Path | str,
     progress(f"partitions.parquet written ({time.monotonic() - started:.1f}s)")
     # summed on the driver from the files just written (Arrow batches of their narrow columns), not by
     # further Spark queries: those cost more in planning, code generation and JIT than the scan itself
-    table, base, severities = finish(prepared, aggregates(spark, prepared, rows_path, parts))
+    table, base, severities = finish(prepared, aggregates(prepared, rows_path))
     worst = worst_partitions(rows_path, severities, listed_scenarios(table))
     pq.write_table(table, out / "scenarios.parquet")
     summary = risk_lib.build_summary(prepared, table, worst, base, time.monotonic() - started)
