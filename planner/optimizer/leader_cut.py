@@ -17,12 +17,16 @@ is sent on or back, which can cost nothing). They are tried in turn, each by a m
 moves in all: first those that the flow's residual graph says will carry one unit more (`_cheapest`), the
 cheapest of them first; the first that makes the flow carry more is kept. The leader step after it then finds the level order (an exact flow up to
 leaders.choose_leaders' exact limit, which is also where this runs).
+
+Where a level order exists, `undo_moves` sends pairs of opposite moves back (a -> b of one partition, b -> a of
+another: every count kept) while a certificate order still holds, so moves that only served the leader caps on
+the way come back off the plan.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from ortools.graph.python import max_flow
+from ortools.graph.python import max_flow, min_cost_flow
 
 from planner.optimizer.checks import popcount, required_racks
 from planner.optimizer.problem import Problem, rack_masks
@@ -327,3 +331,156 @@ def mend_leader_cut(pb: Problem, st: State, eligible: np.ndarray, slack: int, ma
     if made:
         witness(pb, st, eligible)     # planned leaders within the caps on the new placement
     return made
+
+
+def _leader_frame(pb: Problem, final: np.ndarray, eligible: np.ndarray, cap: np.ndarray) -> dict:
+    """What a level leader order within the caps must meet on `final` (as `_Flow`): per eligible broker the band
+    [lo_b, hi_b] of leaders among the partitions that may change, per (topic, broker) the room left by the
+    leaders of those that stay, and the position of each broker."""
+    B = pb.num_brokers
+    e_idx = np.flatnonzero(eligible)
+    E = len(e_idx)
+    pos = np.full(B, -1, np.int64)
+    pos[e_idx] = np.arange(E)
+    on = (final >= 0) & eligible[np.maximum(final, 0)]
+    rows = np.flatnonzero(on.any(axis=1))
+    n = len(rows)
+    lo, hi = n // max(1, E), -(-n // max(1, E))
+    fixed = pb.fixed[rows]
+    lead0 = final[rows, 0]
+    fx = fixed & (lead0 >= 0) & eligible[np.maximum(lead0, 0)]
+    fixed_b = np.bincount(pos[lead0[fx]], minlength=E)
+    T = len(pb.topic_names)
+    used = np.zeros(T * E, np.int64)
+    keep = fx & ~pb.excluded_topic[pb.topic_of[rows]]
+    np.add.at(used, pb.topic_of[rows[keep]].astype(np.int64) * E + pos[lead0[keep]], 1)
+    room = np.maximum(0, np.repeat(np.where(pb.excluded_topic, BIG, cap).astype(np.int64), E) - used)
+    lo_b = np.maximum(0, lo - fixed_b)
+    return {"E": E, "pos": pos, "on": on, "free": rows[~fixed], "room": room, "lo_b": lo_b,
+            "hi_b": np.maximum(lo_b, hi - fixed_b)}
+
+
+def _led_from_old(pb: Problem, final: np.ndarray, eligible: np.ndarray, fr: dict) -> np.ndarray | None:
+    """A level leader order within the caps on `final` that leads as few partitions as it can from replicas the
+    plan moved there (a min-cost version of `_Flow`'s flow: such an arc costs 1): (P,) the broker each partition
+    that may change is led from, -1 for the others; None where no such order exists."""
+    E, pos, on, free = fr["E"], fr["pos"], fr["on"], fr["free"]
+    ii, jj = np.nonzero(on[free])
+    b_of = final[free[ii], jj]
+    moved = ~(pb.replicas[free[ii]] == b_of[:, None]).any(axis=1)
+    keys, inv = np.unique(pb.topic_of[free[ii]].astype(np.int64) * E + pos[b_of], return_inverse=True)
+    lo_b, hi_b = fr["lo_b"], fr["hi_b"]
+    nf, nk = len(free), len(keys)
+    if nf < int(lo_b.sum()):
+        return None
+    k0, b0, sink = nf, nf + nk, nf + nk + E
+    mcf = min_cost_flow.SimpleMinCostFlow()
+    mcf.add_arcs_with_capacity_and_unit_cost(
+        np.concatenate([ii, k0 + np.arange(nk), b0 + np.arange(E)]).astype(np.int32),
+        np.concatenate([k0 + inv, b0 + keys % E, np.full(E, sink)]).astype(np.int32),
+        np.concatenate([np.ones(len(ii), np.int64), fr["room"][keys], hi_b - lo_b]),
+        np.concatenate([moved.astype(np.int64), np.zeros(nk + E, np.int64)]))
+    supply = np.concatenate([np.ones(nf, np.int64), np.zeros(nk, np.int64), -lo_b, [-(nf - int(lo_b.sum()))]])
+    mcf.set_nodes_supplies(np.arange(sink + 1, dtype=np.int32), supply)
+    if mcf.solve() != mcf.OPTIMAL:
+        return None
+    via = np.asarray(mcf.flows(np.arange(len(ii), dtype=np.int32))) > 0
+    led = np.full(len(final), -1, np.int64)
+    led[free[ii[via]]] = b_of[via]
+    return led
+
+
+def undo_moves(pb: Problem, st: State, eligible: np.ndarray) -> int:
+    """Send replicas back where they were while a level leader order within the caps still exists: pairs of
+    moves a -> b and b -> a (of two partitions) both reverted keep every count. The order is kept as a
+    certificate: a min-cost leader flow that leads as few partitions as it can from moved replicas, then each
+    revert re-leads the two partitions among their brokers (a partition led from the replica that goes back
+    is led from another, the other partition may take its place) where every broker's leaders stay within
+    the level and every topic within its cap; no revert goes without such an order, racks kept and replicas
+    distinct. The planned leaders are then found again. Returns the moves saved.
+
+    Why: the repair moves and count rounds that serve the topics' leader caps after the per-partition flow also
+    make moves that others then undo in count (issue 25: a generated 13-broker cluster, 1,896 moves for a
+    bound of 1,870, had 64 such opposite pairs; the paired exchanges of `mend_leader_cut` only ever add)."""
+    if pb.num_partitions > LIMIT:
+        return 0
+    f, orig = st.final, pb.replicas
+    fr = _leader_frame(pb, f, eligible, leader_cap0(pb, eligible))
+    led = _led_from_old(pb, f, eligible, fr)
+    if led is None:
+        return 0
+    E, pos = fr["E"], fr["pos"]
+    before = (f.copy(), st.lead.copy(), dict(st.lcount), st.moves, st.bytes)
+    room = fr["room"].copy()
+    lead_b = np.zeros(E, np.int64)
+    ok = led >= 0
+    np.add.at(lead_b, pos[led[ok]], 1)
+    np.subtract.at(room, pb.topic_of[ok].astype(np.int64) * E + pos[led[ok]], 1)
+    lo_b, hi_b = fr["lo_b"], fr["hi_b"]
+    new = (f >= 0) & ~(f[:, :, None] == orig[:, None, :]).any(axis=2) & ~pb.fixed[:, None]
+    gone = (orig >= 0) & ~(orig[:, :, None] == f[:, None, :]).any(axis=2)
+    req = required_racks(pb, eligible)
+    by: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for r, s_ in zip(*np.nonzero(new), strict=True):
+        r, s_ = int(r), int(s_)
+        for a in orig[r][gone[r]].tolist():
+            if eligible[a]:
+                by.setdefault((a, int(f[r, s_])), []).append((r, s_))
+
+    def movable_back(r: int, s_: int, frm: int, to: int) -> bool:
+        row = f[r]
+        return bool(row[s_] == frm and to not in row.tolist()
+                    and rack_ok(pb, row[None, :], np.array([s_]), np.array([to]), req[r:r + 1])[0])
+
+    def relead(r1: int, r2: int, rows_after: tuple) -> tuple[int, int] | None:
+        """Leaders for r1 and r2 on their rows after the revert, within every broker's band and every cap,
+        keeping a partition's leader where it still holds a replica when it can: (broker of r1, of r2)."""
+        t1, t2 = int(pb.topic_of[r1]), int(pb.topic_of[r2])
+        old = (int(led[r1]), int(led[r2]))
+        c1 = [b for b in [old[0], *rows_after[0]] if b >= 0 and eligible[b] and b in rows_after[0]]
+        c2 = [b for b in [old[1], *rows_after[1]] if b >= 0 and eligible[b] and b in rows_after[1]]
+        for x in dict.fromkeys(c1):
+            for y in dict.fromkeys(c2):
+                d_b = np.zeros(E, np.int64)
+                d_k: dict[int, int] = {}
+                for b, t, sign in ((old[0], t1, -1), (old[1], t2, -1), (x, t1, 1), (y, t2, 1)):
+                    d_b[pos[b]] += sign
+                    k = t * E + int(pos[b])
+                    d_k[k] = d_k.get(k, 0) + sign
+                nb = lead_b + d_b
+                if (nb < lo_b).any() or (nb > hi_b).any() or any(room[k] - d < 0 for k, d in d_k.items()):
+                    continue
+                return x, y
+        return None
+
+    saved = 0
+    for (a, b), there in sorted(by.items()):
+        for r1, s1 in there:
+            if not movable_back(r1, s1, b, a):
+                continue
+            for r2, s2 in by.get((b, a), []):
+                if r2 == r1 or not movable_back(r2, s2, a, b):
+                    continue
+                row1 = [a if k == s1 else int(x) for k, x in enumerate(f[r1].tolist())]
+                row2 = [b if k == s2 else int(x) for k, x in enumerate(f[r2].tolist())]
+                got = relead(r1, r2, (row1, row2))
+                if got is None:
+                    continue
+                for r, x in ((r1, got[0]), (r2, got[1])):
+                    t = int(pb.topic_of[r])
+                    lead_b[pos[led[r]]] -= 1
+                    room[t * E + int(pos[led[r]])] += 1
+                    lead_b[pos[x]] += 1
+                    room[t * E + int(pos[x])] -= 1
+                    led[r] = x
+                apply_move(pb, st, r1, s1, a)
+                apply_move(pb, st, r2, s2, b)
+                saved += 2
+                break
+    if saved and _Flow(pb, f, eligible, leader_cap0(pb, eligible)).short:
+        # (the certificate says it cannot happen; the flow is the judge, and the plan stays as it was)
+        f[:], st.lead[:], st.lcount, st.moves, st.bytes = before
+        return 0
+    if saved:
+        witness(pb, st, eligible)
+    return saved

@@ -23,7 +23,8 @@ A count rebalance of a cluster whose per-partition flow is small enough (partiti
 fewest new replicas that reach the band under the rack rules, which is also its bound (`_flow_first`). Last,
 a count rebalance gives brokers short of leader room (too few partitions they could lead within the topics'
 caps for a level leader count) room by cycles of transfers that keep every count, within 1 % over its bound
-(room.mend_room_count).
+(room.mend_room_count), then cuts and reverts (leader_cut.py): exchanges across the leader flow's cut where no
+level leader order exists yet, and pairs of opposite moves sent back where one still does.
 
 Before any of this, witness.py gives every partition a planned leader within its topic's cap
 (ceil(partitions / brokers)), moving the fewest replicas where no assignment exists, so that the final leader
@@ -42,7 +43,7 @@ from planner.optimizer.byte_level import level_bytes, mend_room, swap_bytes
 from planner.optimizer.chains import augment
 from planner.optimizer.checks import popcount, required_racks
 from planner.optimizer.exact import rebalance_exact
-from planner.optimizer.leader_cut import mend_leader_cut
+from planner.optimizer.leader_cut import mend_leader_cut, undo_moves
 from planner.optimizer.mcf import BIG_CAP, FlowGraph, band, level_arcs, penalty, unique_inverse
 from planner.optimizer.partition_flow import ARC_LIMIT, arcs_needed, least_placement
 from planner.optimizer.problem import Problem, rack_masks
@@ -174,6 +175,7 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
         mend_room_count(pb, st, eligible, budget_b, min(_room_slack(bound.moves, st.moves), budget_m - st.moves))
         if budget_b == NO_LIMIT:
             mend_leader_cut(pb, st, eligible, min(_room_slack(bound.moves, st.moves), budget_m - st.moves))
+        undo_moves(pb, st, eligible)
     if flow is not None and not unreached and (not _room_ok(pb, st, eligible) and flow[0].shape == st.final.shape
                                                and _moves(pb, flow[0]) < st.moves):
         # neither plan leaves every broker room to lead its share: the one with fewer moves
@@ -275,6 +277,7 @@ def _flow_first(pb: Problem, st: State, eligible: np.ndarray, rc: Reach, excess:
                         transport=max(least, rc.transport or 0), leader_room=room_least)
     mend_room_count(pb, st, eligible, NO_LIMIT, _room_slack(bound.moves, st.moves))
     mend_leader_cut(pb, st, eligible, _room_slack(bound.moves, st.moves))
+    undo_moves(pb, st, eligible)
     return st.final, RebalanceInfo("count", bound.moves, excess, lb_bytes, repair_moves, rounds, [], bound=bound,
                                    reach=rc), _room_ok(pb, st, eligible)
 
