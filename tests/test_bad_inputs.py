@@ -562,7 +562,7 @@ CASES = [
          2, "the lease must be a positive number of seconds"),
     # the brokers' maintenance state on KRaft (`__kplan`): read and cleared through the bootstrap servers too
     Case("brokers-bootstrap-nobody-listening", lambda c: [
-        "brokers", "--bootstrap-server", f"127.0.0.1:{_free_port()}", "--kafka-timeout", "2"],
+        "brokers", "--bootstrap-server", f"127.0.0.1:{_free_port()}", "--kafka-timeout", "1"],
          2, "no Kafka broker answered at 127.0.0.1:"),
     Case("maintenance-clear-zookeeper-given-as-bootstrap", lambda c: [
         "maintenance", "clear", "--bootstrap-server", c.zk.split("/")[0], "--brokers", "1", "--kafka-timeout", "2"],

@@ -431,6 +431,9 @@ def _big(sb) -> None:
         sb.produce({k: 1_600_000 for k in replicas(sb)})
 
 
+LEFT: dict[str, Path] = {}   # what a test leaves for a later one (the module's tests run in order)
+
+
 def test_killed_mid_batch_and_resumed_loses_nothing_under_a_live_workload(kraft, tmp_path):
     """Issue 24's must-show on real KRaft brokers: a drain applied throttled in batches, the apply SIGKILLed while
     a data batch copies, run again: it resumes (the batch in flight is not submitted again), converges, and a
@@ -474,6 +477,7 @@ def test_killed_mid_batch_and_resumed_loses_nothing_under_a_live_workload(kraft,
     after = replicas(kraft)
     assert all(2 not in r for r in after.values()) and reassigning(kraft) == {} and throttles_now(kraft) == {}
     assert 2 not in leaders(kraft).values()
+    LEFT["drain of 2"] = plan          # broker 2 stays draining (no verify yet): the return test at the end
 
 
 @pytest.mark.parametrize("lease", [2.0, 1000.0])
@@ -520,3 +524,27 @@ def test_a_second_writer_fences_the_first_whose_late_admin_writes_the_lease_boun
         a.close()
         b.close({"holder": {"command": "B"}, "released": True})
 
+
+def test_a_return_on_kraft_takes_the_drained_broker_back_and_out_of_maintenance(kraft, tmp_path, capsys):
+    """The way back on KRaft: broker 2, drained by the killed-and-resumed drain (its apply left it draining), is
+    verified drained, then `kplan plan return` (the drain's plan found through the state's run) applied: broker 2
+    returning, then its verify takes it out of maintenance (a tombstone), with replicas on it again."""
+    drain = LEFT["drain of 2"]
+    assert brokers_now(kraft, capsys)[2]["state"] == "draining"
+    assert cli.main(["verify", "--bootstrap-server", kraft.bootstrap_servers, "--plan", str(drain), "--timeout",
+                     "60"]) == 0
+    assert brokers_now(kraft, capsys)[2]["state"] == "drained"
+    # the user topics only, in few batches (a return of the internal topics' partitions is the same code, slower)
+    plan = snapshot_and_plan(kraft, tmp_path, "return", "--brokers", "2", "--exclude-topics", "__.*",
+                             "--max-concurrent-per-broker", "20")
+    assert cli.main(["apply", "--bootstrap-server", kraft.bootstrap_servers, "--plan", str(plan), "--throttle",
+                     "50MB", "--poll", "0.2"]) == 0
+    row = brokers_now(kraft, capsys)[2]
+    assert row["state"] == "returning" and row["plan_id"] == json.loads((plan / "plan.json").read_text())["id"]
+    assert [k for k, r in replicas(kraft).items() if 2 in r], "the return moved nothing back onto broker 2"
+    assert cli.main(["verify", "--bootstrap-server", kraft.bootstrap_servers, "--plan", str(plan), "--timeout",
+                     "60"]) == 0
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["converged"] and report["maintenance"]["set"] == {"2": None}, report["maintenance"]
+    assert brokers_now(kraft, capsys)[2]["state"] == "in service"
+    assert kplan_records(kraft)["maintenance/2"] is None
