@@ -73,7 +73,7 @@ def spark_view(prepared: Prepared) -> Prepared:
 
 
 def run(prepared: Prepared, out: Path | str, progress: Callable[[str], None] = log.info,
-        spark: Any = None) -> dict[str, Any]:
+        spark: Any = None, written: Callable[[], None] | None = None) -> dict[str, Any]:
     """Evaluate every scenario with the KRaft rules and write the risk folder's files into `out`: in the Spark
     job (planner.spark.kraft_election) when `spark` is given, else with the numpy reference in-process."""
     assert prepared.kraft is not None
@@ -84,7 +84,7 @@ def run(prepared: Prepared, out: Path | str, progress: Callable[[str], None] = l
     if spark is not None:
         from planner.spark import job
 
-        summary = job.run(spark, spark_view(prepared), out, progress=progress)
+        summary = job.run(spark, spark_view(prepared), out, progress=progress, written=written)
         engine = "spark"
     else:
         state = kr.KraftState.from_snapshot(prepared.info, prepared.kraft)

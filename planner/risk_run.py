@@ -49,20 +49,28 @@ def run_risk(req: RiskRequest, prepared: Prepared | None = None, spark: Any = No
     own = spark is None and spark_session.active_session() is None
     launched = own and not spark_session.gateway_running()
     started = time.monotonic()
+    stopped = []
+
+    def written() -> None:
+        """partitions.parquet is written and the rest runs on the driver: stop the JVM launched for the job now
+        (at 1M partitions it holds ~1.2 GiB that the driver's last passes would otherwise add to)."""
+        if launched:   # once per installation: the next runs' JVMs start from this one's classes
+            spark_session.save_class_archive(spark)
+            spark_session.shutdown(spark)
+            stopped.append(True)
+
     try:
         if spark is None:
             progress(f"starting Spark ({req.master or os.environ.get('SPARK_MASTER') or DEFAULT_MASTER})")
             spark = spark_session.session(req.master, req.driver_memory)
         if prepared.kraft is not None:   # the KRaft rule set (planner.spark.kraft_election), same job
-            summary = risk_kraft.run(prepared, out, progress, spark=spark)
+            summary = risk_kraft.run(prepared, out, progress, spark=spark, written=written)
         else:
-            summary = job.run(spark, prepared, out, progress=progress)
-        if launched:   # once per installation: the next runs' JVMs start from this one's classes
-            spark_session.save_class_archive(spark)
+            summary = job.run(spark, prepared, out, progress=progress, written=written)
     finally:
-        if launched:
+        if launched and not stopped:
             spark_session.shutdown(spark)      # the session and the JVM started for it, even when interrupted
-        elif own and spark is not None:
+        elif own and not launched and spark is not None:
             spark.stop()
     progress(f"done in {time.monotonic() - started:.1f}s")
     return summary

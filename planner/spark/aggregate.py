@@ -27,8 +27,10 @@ _SUMMED = ["scenario_id", "leader", "new_leader", "severity", "shutdown_blocked_
 
 def rows_dataset(path: Path | str) -> ds.Dataset:
     """partitions.parquet as Spark wrote it (a folder of part files; '_' and '.' files are not data)."""
-    # pages decoded as they are read, not whole column chunks buffered first: the driver's memory stays flat
-    fmt = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
+    # pages read through a 1 MiB buffer and decoded as read, not whole column chunks buffered first: the
+    # driver's memory stays flat
+    opts = ds.ParquetFragmentScanOptions(pre_buffer=False, use_buffered_stream=True, buffer_size=1 << 20)
+    fmt = ds.ParquetFileFormat(default_fragment_scan_options=opts)
     return ds.dataset(str(path), format=fmt)
 
 
@@ -181,7 +183,8 @@ def baseline_sums(prepared: risk_lib.Prepared) -> dict[str, np.ndarray]:
     return {k: np.concatenate(v).astype(np.int64) for k, v in out.items()}
 
 
-def aggregates(prepared: risk_lib.Prepared, rows_path: Path | str) -> pa.Table:
+def aggregates(prepared: risk_lib.Prepared, rows_path: Path | str,
+               baseline: dict[str, np.ndarray] | None = None) -> pa.Table:
     """The sums `finish` reads, keyed (sid, b):
       sid >= 0, b = -2   a scenario's evaluated count and outcome counts
       sid >= 0, b >= 0   a scenario's leader-count change on broker b (new leader +1, old leader -1; for
@@ -190,8 +193,10 @@ def aggregates(prepared: risk_lib.Prepared, rows_path: Path | str) -> pa.Table:
       sid >= 0, b <= -3  broker -3 - b's controlled shutdown fails in this scenario (some partition blocks it)
       sid = -1 - state   b = leader: the state's leader counts before any scenario, plus its baseline
                          health (offline, under-min-ISR, ... with the same outcome definitions).
-    The rows from partitions.parquet at `rows_path` (row_sums), the baseline from the snapshot (baseline_sums)."""
-    a, b = row_sums(prepared, rows_path), baseline_sums(prepared)
+    The rows from partitions.parquet at `rows_path` (row_sums), the baseline from the snapshot (baseline_sums,
+    or `baseline`: its result computed before)."""
+    a, b = row_sums(prepared, rows_path), baseline if baseline is not None else baseline_sums(prepared)
+    pa.default_memory_pool().release_unused()
     return pa.table({k: pa.array(np.concatenate([a[k], b[k]]), pa.int32() if k in ("sid", "b") else pa.int64())
                      for k in ("sid", "b", "d", *FLAGS)})
 
@@ -264,7 +269,9 @@ def worst_partitions(rows_path: Path | str, severities: dict[int, list[int]], sc
     sid = t.column("scenario_id").to_numpy()
     first = np.ones(sid.size, bool)
     first[k:] = sid[k:] != sid[:-k] if sid.size > k else True
-    return t.filter(pa.array(first))
+    t = t.filter(pa.array(first))
+    pa.default_memory_pool().release_unused()
+    return t
 
 
 def listed_scenarios(table: pa.Table) -> list[int]:

@@ -55,7 +55,7 @@ from planner import risk_model as rm
 from planner.requests import RiskRequest
 from planner.runfolder import step_output
 from planner.spark import kraft_election, zk_election
-from planner.spark.aggregate import aggregates, finish, listed_scenarios, worst_partitions
+from planner.spark.aggregate import aggregates, baseline_sums, finish, listed_scenarios, worst_partitions
 from planner.spark.columns import STEP_OUT, apply_flat, frame, ints
 
 log = logging.getLogger(__name__)
@@ -377,19 +377,26 @@ def _log(message: str) -> None:
 
 
 def run(spark: Any, prepared: risk_lib.Prepared, out: Path | str,
-        progress: Callable[[str], None] = _log) -> dict[str, Any]:
-    """The whole job: evaluate, write partitions.parquet, aggregate from it, write scenarios and summary."""
+        progress: Callable[[str], None] = _log, written: Callable[[], None] | None = None) -> dict[str, Any]:
+    """The whole job: evaluate, write partitions.parquet, aggregate from it, write scenarios and summary.
+    `written`: called once partitions.parquet is written, when Spark has nothing left to do (the caller may
+    stop a JVM it launched for the job there, so its memory is not held beside the driver's last passes)."""
     started = time.monotonic()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     parts = load_partitions(spark, prepared)
     rows = evaluate(spark, prepared, parts)
+    # the baseline (from the snapshot) before the write: its transient memory on the driver is freed before
+    # the JVM's heap grows to its peak in the evaluation, instead of adding to it afterwards
+    base_sums = baseline_sums(prepared)
     rows_path = out / "partitions.parquet"
     rows.write.mode("overwrite").parquet(str(rows_path))
     progress(f"partitions.parquet written ({time.monotonic() - started:.1f}s)")
+    if written is not None:
+        written()
     # summed on the driver from the files just written (Arrow batches of their narrow columns), not by
     # further Spark queries: those cost more in planning, code generation and JIT than the scan itself
-    table, base, severities = finish(prepared, aggregates(prepared, rows_path))
+    table, base, severities = finish(prepared, aggregates(prepared, rows_path, base_sums))
     worst = worst_partitions(rows_path, severities, listed_scenarios(table))
     pq.write_table(table, out / "scenarios.parquet")
     summary = risk_lib.build_summary(prepared, table, worst, base, time.monotonic() - started)
