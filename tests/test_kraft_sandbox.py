@@ -576,6 +576,47 @@ def test_no_credential_in_any_task_log_run_folder_or_output(env, kraft, drain):
     assert str(kraft.dir / "sandbox.json") in secret_in(kraft.dir, pw)
 
 
+def test_a_plan_of_the_other_backend_is_refused_by_apply_and_verify_with_nothing_written(env, kraft, drain,
+                                                                                       monkeypatch, tmp_path):
+    """A plan made from a ZooKeeper snapshot (plan.json names no KRaft backend) in a run named by the Kafka
+    connection, and the drain's KRaft plan in a run named by a ZooKeeper connection: the apply and verify tasks
+    (the operators alone, as Airflow's task runner calls them) fail with one line before any cluster is asked;
+    no apply record is made and Kafka (kafka-python) is as it was."""
+    import shutil
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+    from apply_support import write_plan
+    from kplan_airflow.operators import ApplyOperator, VerifyOperator
+
+    # nothing listens there: the refusal must come before any connection
+    monkeypatch.setenv("AIRFLOW_CONN_ZK_NOWHERE", json.dumps({"conn_type": "zookeeper", "host": "127.0.0.1",
+                                                             "port": 9}))
+    start = replicas_now(kraft)
+    zk_run = runs.run_folder(DRAIN, "manual__zookeeper_plan")
+    zk_doc = write_plan(zk_run.plan, moves=[("seed-rf1", 0, start[("seed-rf1", 0)], [3], 0)],
+                        batches=[("data", [("seed-rf1", 0, [3])])], kind="drain", drained=[4])
+    kraft_run = runs.run_folder(DRAIN, "manual__kraft_plan")
+    shutil.copytree(drain["run"].plan, kraft_run.plan)
+    kraft_id = json.loads((kraft_run.plan / "plan.json").read_text())["id"]
+    cases = [(zk_run, "manual__zookeeper_plan", zk_doc["id"], {"zk_conn_id": None, "kafka_conn_id": CONN},
+              "was made from a ZooKeeper snapshot, but this run names a KRaft cluster (a Kafka connection): "
+              "nothing was written"),
+             (kraft_run, "manual__kraft_plan", kraft_id, {"zk_conn_id": "zk_nowhere", "kafka_conn_id": None},
+              "was made from a KRaft snapshot: {step} on KRaft needs the Admin API writer, through the cluster's "
+              "bootstrap servers (not a ZooKeeper connect string); nothing was written")]
+    for run, run_id, plan_id, conns, words in cases:
+        context = {"dag": SimpleNamespace(dag_id=DRAIN), "run_id": run_id,
+                   "ti": SimpleNamespace(xcom_pull=lambda task_ids, plan_id=plan_id: {"plan_id": plan_id})}
+        for step, op in (("apply", ApplyOperator(task_id="apply", throttle=50_000_000, **conns)),
+                         ("verify", VerifyOperator(task_id="verify", timeout=5, **conns))):
+            with pytest.raises(AirflowFailException) as e:
+                op.execute(context)
+            assert words.format(step=step) in str(e.value) and "\n" not in str(e.value), (run_id, step, str(e.value))
+        assert not (run.root / "apply").exists() and not (run.root / "report.json").exists(), run_id
+    assert replicas_now(kraft) == start and throttles_now(kraft) == {}
+
+
 REFUSED: dict = {}   # the rebalance run whose apply the held fence refused (its plan, for the trigger below)
 
 
