@@ -31,10 +31,11 @@ from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from planner import codec, kafka_admin, logdirs, maintenance_zk
+from planner import maintenance as mt
 from planner import snapshot_io as sio
 from planner import zk as zkmod
 from planner.cluster_reader import ClusterReader
-from planner.errors import BadInput, KraftMigration, PlannerError, ZkUnavailable
+from planner.errors import BadInput, KraftMigration, NextStep, PlannerError, SafetyRefusal, ZkUnavailable
 from planner.snapshot_assembly import ClusterRead, Consistency, assemble, health, manifest
 from planner.snapshot_reader import Problems, TopicRecord, ZkReader
 from planner.zk_migration import Migration, classify
@@ -203,6 +204,7 @@ class ZkClusterReader:
         reader = ZkReader(self.target, self.auth, self.timeout, self.problems, self.workers, self.read_mode, say)
         rounds = _Rounds(reader, self.problems)
         hybrid: tuple[KraftMigration, str] | None = None
+        znodes: dict[int, mt.Entry] = {}
         try:
             try:
                 zxid_min = reader.connect()
@@ -214,6 +216,9 @@ class ZkClusterReader:
                 if servers is None:
                     raise
                 hybrid = (e, servers)
+                assert reader.client is not None
+                # kplan's own state stays in ZooKeeper: the ZooKeeper-mode apply, verify and roll wrote it there
+                znodes = dict(maintenance_zk.read_all(reader.client).entries)
             if hybrid is None:
                 self._read_zookeeper(reader, rounds, zxid_min, say)
         except NoAuthError:
@@ -229,7 +234,7 @@ class ZkClusterReader:
         finally:
             reader.close()
         if hybrid is not None:
-            return self._read_hybrid(*hybrid, say)
+            return self._read_hybrid(*hybrid, znodes, say)
         assert rounds.read is not None
         return rounds.read
 
@@ -240,7 +245,8 @@ class ZkClusterReader:
         rounds.settle(zxid_min, self.max_rounds)
         self.migration = rounds.check_kraft()
 
-    def _read_hybrid(self, e: KraftMigration, servers: str, say: Progress) -> ClusterRead:
+    def _read_hybrid(self, e: KraftMigration, servers: str, znodes: dict[int, mt.Entry],
+                     say: Progress) -> ClusterRead:
         from planner.admin_reader import AdminClusterReader
 
         self.migration = e.migration
@@ -248,9 +254,18 @@ class ZkClusterReader:
         self.through = AdminClusterReader(servers, self.kafka, self.kafka_timeout, self.problems,
                                           migration=e.migration)
         try:
-            return self.through.read_cluster(say)
+            read = self.through.read_cluster(say)
         finally:
             self.through.close()
+        in_maintenance = migration_maintenance(znodes, read.maintenance, self.target.hosts, servers)
+        missing = sorted(b for b in in_maintenance if b not in read.maintenance)
+        if missing:
+            self.problems.by_key.setdefault("maintenance", []).append({
+                "path": maintenance_zk.ROOT, "problem": f"brokers {missing} are in maintenance in ZooKeeper only: "
+                "once the brokers leave ZooKeeper mode the cluster is read through its bootstrap servers, which "
+                "see only the __kplan topic; carry the states first: kplan maintenance carry --zk "
+                f"{self.target.hosts} --bootstrap-server {servers}"})
+        return replace(read, maintenance=in_maintenance)
 
     def close(self) -> None:
         pass
@@ -264,6 +279,36 @@ class ZkClusterReader:
             if addr and probe.is_kafka(*addr):
                 raise BadInput(f"ZooKeeper connect string {hostport} names a Kafka broker, not ZooKeeper: read a KRaft "
                                "cluster through its bootstrap servers")
+
+
+def migration_maintenance(znodes: dict[int, mt.Entry], records: dict[int, mt.Entry], zk: str,
+                          bootstrap: str) -> dict[int, mt.Entry]:
+    """The brokers' maintenance state of a cluster in ZooKeeper-to-KRaft migration read with `--zk`: the znodes
+    (planner.maintenance_zk), where every ZooKeeper-mode apply, verify and roll wrote it and which nothing can
+    change during the migration (maintenance_zk refuses). `__kplan` records (planner.maintenance_kraft) only
+    exist there once carried (`kplan maintenance carry`, a copy of the znodes) or written through the bootstrap
+    servers since: equal to the znodes (same state and plan, broker by broker) they are the same state; any
+    difference is refused, naming the brokers, rather than guessed: either side may be the newer one."""
+    differ = [b for b in sorted(set(znodes) | set(records))
+              if _key(znodes.get(b)) != _key(records.get(b))]
+    if differ:
+        sides = "; ".join(f"broker {b}: {_said(znodes.get(b))} in ZooKeeper, {_said(records.get(b))} in __kplan"
+                          for b in differ)
+        raise SafetyRefusal(
+            f"the brokers' maintenance state differs between ZooKeeper (/kplan/maintenance) and the __kplan "
+            f"topic ({sides}); a plan made from either could refill a drained broker: make them agree "
+            f"(kplan maintenance clear on the side that is wrong, or kplan maintenance carry --zk {zk} "
+            f"--bootstrap-server {bootstrap}) and take the snapshot again; nothing was written",
+            next_steps=(NextStep("brokers", "shows each side's states"),))
+    return dict(znodes)
+
+
+def _key(e: mt.Entry | None) -> tuple[str, str | None] | None:
+    return None if e is None else (e.state, e.plan_id)
+
+
+def _said(e: mt.Entry | None) -> str:
+    return "in service" if e is None else e.state + (f" (plan {e.plan_id[:19]}…)" if e.plan_id else "")
 
 
 def take_snapshot(zk: str | None, out: Path | str, *, sizes: Path | str | None = None, lenient: bool = False,

@@ -4,7 +4,10 @@ pre-migration, hybrid, dual-write, finalized. In each phase:
 - the snapshot reads the side planner/zk_migration.py names authoritative, and says which (manifest source);
 - its partitions equal the cluster's own view: kafka-python's Metadata answer (its own decoding, not the
   planner's) and, while ZooKeeper is written at all, the partition state znodes read with plain kazoo;
-- every ZooKeeper write is refused, naming the migration state, with nothing written.
+- every ZooKeeper write is refused, naming the migration state, with nothing written;
+- broker 3, drained in ZooKeeper mode (its state in the znode /kplan/maintenance/3, planner/maintenance_zk.py),
+  stays in maintenance in every snapshot taken with `--zk`, the hybrid one read through the brokers' Admin API
+  included, and a rebalance planned from that snapshot gives it nothing.
 
 The tests run in order on the one cluster (each step forward is part of a test); the expected migration
 states come from Kafka 3.9's KRaftMigrationDriver / ZkMigrationState as docs/KRAFT.md "Migration" lays them
@@ -33,6 +36,7 @@ DESC = {"brokers": [{"id": i, "rack": f"r{i}"} for i in (1, 2, 3)], "topics": [
      "partitions": [{"replicas": [1, 2, 3]}, {"replicas": [2, 3, 1]}]},
 ]}
 PARTS = [("seed-rf1", 0), ("wide", 0), ("wide", 1)]
+DRAIN = "sha256:" + "d" * 64     # the plan that drained broker 3 before the migration (its id, as recorded)
 
 
 @pytest.fixture(scope="module")
@@ -95,17 +99,36 @@ def snapshot(tmp_path, name, **where):
     return take_snapshot(where.get("zk"), tmp_path / name, bootstrap=where.get("bootstrap"), sizes_from="none")
 
 
+def kplan_tree(zk) -> dict[str, bytes]:
+    """Every znode under /kplan and its data, read with plain kazoo."""
+    out: dict[str, bytes] = {}
+    todo = ["/kplan"] if zk.exists("/kplan") else []
+    while todo:
+        p = todo.pop()
+        out[p] = zk.get(p)[0]
+        todo += [f"{p}/{c}" for c in zk.get_children(p)]
+    return out
+
+
+def maintenance_of(snap) -> dict[int, str | None]:
+    b = snap.brokers.to_pydict()
+    return dict(zip(b["broker"], b["maintenance"], strict=True))
+
+
 def refused_write(sb: Sandbox, tmp_path, capsys, plan_dir, *expect: str) -> None:
-    """`kplan apply` of a ZooKeeper plan exits 1 naming the state; no reassignment, lock or throttle written."""
+    """`kplan apply` of a ZooKeeper plan exits 1 naming the state; no reassignment, lock, throttle or kplan
+    state written (/kplan holds only broker 3's maintenance znode, as before)."""
     zk = zkmod.connect(sb.connect_string)
     try:
         before = {t: json.loads(zk.get(f"/brokers/topics/{t}")[0])["partitions"] for t in ("seed-rf1", "wide")}
+        tree = kplan_tree(zk)
+        assert json.loads(tree["/kplan/maintenance/3"])["state"] == "drained"
         capsys.readouterr()
         assert cli.main(["apply", "--zk", sb.connect_string, "--plan", str(plan_dir), "--no-throttle"]) == 1
         err = capsys.readouterr().err
         for e in expect:
             assert e in err, f"{e!r} not in {err!r}"
-        assert zk.exists("/admin/reassign_partitions") is None and zk.exists("/kplan") is None
+        assert zk.exists("/admin/reassign_partitions") is None and kplan_tree(zk) == tree
         assert {t: json.loads(zk.get(f"/brokers/topics/{t}")[0])["partitions"] for t in ("seed-rf1", "wide")} == before
     finally:
         zk.stop()
@@ -125,6 +148,7 @@ def test_pre_migration_is_read_through_zookeeper_and_writes_are_refused(mig, tmp
     assert m["zk_controller"] in (1, 2, 3)          # a ZooKeeper-mode broker, not the KRaft controller (1000)
     assert snapshot_view(snap) == zk_view(mig) == metadata_view(mig)
     assert snapshot_view(snap) == snapshot_view(before)
+    assert maintenance_of(snap) == {1: None, 2: None, 3: "drained"}
     refused_write(mig, tmp_path, capsys, plan_dir, "migration state PRE_MIGRATION",
                   "ZooKeeper is still authoritative", "finish the migration")
 
@@ -141,6 +165,19 @@ def test_hybrid_is_read_through_the_brokers_admin_api(mig, tmp_path, capsys, pla
         ("MIGRATION", "hybrid", "kraft", 1000, 3) and m["kraft_metadata_offset"] > 0
     assert snap.manifest["controller"]["broker"] == 1000
     assert snapshot_view(snap) == metadata_view(mig) == zk_view(mig)   # dual-write keeps the copy alike
+    # broker 3's state is still the znode's (the brokers' Admin API, read here, knows no __kplan), and the
+    # snapshot says so; the operator is told to carry it before the brokers leave ZooKeeper mode
+    assert maintenance_of(snap) == {1: None, 2: None, 3: "drained"}
+    assert [(e["broker"], e["state"], e["plan_id"]) for e in snap.manifest["maintenance"]] == [(3, "drained", DRAIN)]
+    assert any("kplan maintenance carry" in w["problem"] and "[3]" in w["problem"] for w in snap.manifest["warnings"])
+    # a rebalance planned from this snapshot: broker 1 holds 3 replicas, 2 and 3 hold 2 each; broker 3 gets nothing
+    capsys.readouterr()
+    assert cli.main(["plan", "rebalance", "--snapshot", str(tmp_path / "hybrid"), "--out", str(tmp_path / "plan"),
+                     "--quiet"]) == 0
+    assert "LEFT OUT           broker 3: drained" in capsys.readouterr().out
+    plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert plan["summary"]["left_out_brokers"] == [3]
+    assert not [m for m in plan["moves"] if 3 in m["to"]]
     # the same brokers asked directly: they finalize no metadata.version, so they are ZooKeeper-mode brokers
     capsys.readouterr()
     assert cli.main(["snapshot", "--bootstrap-server", mig.bootstrap_servers, "--out", str(tmp_path / "b")]) == 2
