@@ -137,8 +137,21 @@ def refused_write(sb: Sandbox, tmp_path, capsys, plan_dir, *expect: str) -> None
 
 def test_pre_migration_is_read_through_zookeeper_and_writes_are_refused(mig, tmp_path, capsys, plan_dir):
     """PRE_MIGRATION: the KRaft controller created /migration (kraft_metadata_offset -1) and waits for the
-    brokers; the ZooKeeper controller still runs the cluster, so ZooKeeper is read."""
+    brokers; the ZooKeeper controller still runs the cluster, so ZooKeeper is read. Broker 3 is drained before
+    the migration starts, through the ZooKeeper storage as a drain's apply and verify move it
+    (planner.maintenance_zk.change)."""
+    from planner import maintenance as mt
+    from planner import maintenance_zk
+
+    zk = zkmod.connect(mig.connect_string)
+    try:
+        maintenance_zk.change(zk, [3], mt.DRAIN_APPLY, mt.DRAINING, plan_id=DRAIN, reason="disk swap")
+        maintenance_zk.change(zk, [3], mt.DRAIN_VERIFY, mt.DRAINED, plan_id=DRAIN, reason="disk swap")
+    finally:
+        zk.stop()
+        zk.close()
     before = snapshot(tmp_path, "zk-mode", zk=mig.connect_string)
+    assert maintenance_of(before) == {1: None, 2: None, 3: "drained"}
     assert "migration" not in before.manifest["source"]
     assert mig.migrate("pre-migration")["steps"].keys() == {"pre-migration"}
     snap = snapshot(tmp_path, "pre", zk=mig.connect_string)
