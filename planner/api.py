@@ -13,6 +13,7 @@
     brokers(BrokersRequest)        -> BrokerRow, ...     brokers and their maintenance state (read-only;
                                                          ZooKeeper, KRaft or a snapshot)
     clear_maintenance(ClearRequest) -> ClearOutcome      the explicit act that ends a broker's maintenance
+    carry_maintenance(CarryRequest) -> CarryOutcome      a migration's maintenance znodes copied into __kplan
     roll(RollRequest)              -> RollOutcome        a restart plan carried out, broker by broker
     read_snapshot(path), read_plan(path), RunFolder
 
@@ -64,6 +65,8 @@ from planner.requests import (
     BrokersRequest,
     CancelOutcome,
     CancelRequest,
+    CarryOutcome,
+    CarryRequest,
     ClearOutcome,
     ClearRequest,
     DrainRequest,
@@ -95,7 +98,7 @@ __all__ = ["ApplySchedule", "MIN_THROTTLE", "Plan", "ProgressFn",
     "risk_submit",
     "ApplyOutcome", "ApplyRequest", "CancelOutcome", "CancelRequest", "DrainRequest", "PlanOutcome", "Progress",
     "RebalanceRequest", "RestartRequest", "ReturnRequest", "RollOutcome", "RollRequest", "roll", "RiskOutcome", "BrokerRow", "BrokersRequest", "ClearOutcome",
-    "ClearRequest", "brokers", "clear_maintenance", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
+    "ClearRequest", "brokers", "clear_maintenance", "CarryRequest", "CarryOutcome", "carry_maintenance", "RiskRequest", "RunFolder", "SnapshotOutcome", "SnapshotRequest",
     "VerifyOutcome", "VerifyRequest", "apply", "apply_schedule", "bootstrap_servers", "cancel", "kafka_security", "plan_drain", "plan_rebalance", "plan_restart", "plan_return",
     "read_plan",
     "read_snapshot", "refuse_kraft_write", "reread", "risk", "snapshot", "step_complete", "verify", "verify_probe", "verify_report_text", "human_size", "human_duration",
@@ -434,6 +437,32 @@ def clear_maintenance(req: ClearRequest) -> ClearOutcome:
     cleared = tuple((c.broker, c.before.state if c.before else "in service") for c in changed)
     text = ", ".join(f"broker {b} was {st}" for b, st in cleared)
     return ClearOutcome(cleared, f"cleared: {text}; now in service")
+
+
+def carry_maintenance(req: CarryRequest) -> CarryOutcome:
+    """Read the brokers' maintenance znodes (ZooKeeper, read only) and write the same entries into `__kplan`
+    through the KRaft brokers (maintenance_kraft.carry: one fenced transaction; a differing state refused with
+    nothing written). For a ZooKeeper-to-KRaft migration once its brokers run in KRaft mode (docs/KRAFT.md
+    "Migration")."""
+    from planner import maintenance_kraft, maintenance_zk
+    from planner import zk as zkmod
+    from planner.execution import kraftsteps
+
+    zkmod.parse_connect(req.zk)
+    kraftsteps.check_bootstrap(req.bootstrap, req.kafka_timeout)
+    kraftsteps.check_lease(req.lease)
+    with zkmod.session(req.zk, auth=req.auth, timeout=req.timeout) as client:
+        zkmod.require_kafka(client)
+        entries = dict(maintenance_zk.read_all(client).entries)
+    if not entries:
+        return CarryOutcome((), (), "ZooKeeper holds no maintenance state: nothing to carry")
+    with kraftsteps.session(req) as store:
+        carried = maintenance_kraft.carry(store, entries)
+    done = tuple((b, entries[b].state) for b in carried)
+    kept = tuple((b, e.state) for b, e in sorted(entries.items()) if b not in carried)
+    parts = ([("carried into __kplan: " + ", ".join(f"broker {b} {st}" for b, st in done))] if done else []) + (
+        [("already in __kplan: " + ", ".join(f"broker {b} {st}" for b, st in kept))] if kept else [])
+    return CarryOutcome(done, kept, "; ".join(parts))
 
 
 def human_duration(seconds: float | None, unknown: str = "unknown") -> str:

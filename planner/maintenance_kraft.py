@@ -128,6 +128,43 @@ def change(store: Store, brokers: Iterable[int], actor: str, to: str | None, *, 
     return mt.report(ids, states, actor, to)
 
 
+def carry(store: Store, entries: Mapping[int, mt.Entry], lock_wait: float = 0.0) -> list[int]:
+    """Copy `entries` (the znodes of a cluster migrated from ZooKeeper: planner.maintenance_zk.read_all) into
+    `__kplan` as they are (state, plan, run, who, since, reason), so that the cluster read through its bootstrap
+    servers keeps its brokers in maintenance. One fenced transaction of its own, as `change`; the brokers it
+    wrote, none when `__kplan` already holds the same states. A broker whose `__kplan` state differs from its
+    znode's is refused, naming both, before anything is written: either may be the newer one (docs/KRAFT.md
+    "Migration")."""
+    def records(states: mt.States) -> dict[str, Any]:
+        differ = [(b, e, states.entries[b]) for b, e in sorted(entries.items())
+                  if b in states.entries and (states.entries[b].state, states.entries[b].plan_id)
+                  != (e.state, e.plan_id)]
+        if differ:
+            raise SafetyRefusal("the brokers' maintenance state differs between ZooKeeper and __kplan (" + "; ".join(
+                f"broker {b}: {z.state} in ZooKeeper, {k.state} in __kplan" for b, z, k in differ)
+                + "); clear the side that is wrong (kplan maintenance clear) first; nothing was written",
+                next_steps=(NextStep("brokers", "shows the __kplan side"),))
+        return {maintenance_key(b): e.as_dict() for b, e in sorted(entries.items()) if b not in states.entries}
+
+    if not records(read_all(store)):      # refuse early, or nothing to do
+        return []
+    _wait_for_lock(store, lock_wait)
+    store.open()           # the fence, as in `change`
+    try:
+        out = records(read_all(store))     # decided again on everything committed before the fence
+        if out:
+            before = store.get(LOCK)
+            if before is None or before.get("released"):
+                out[LOCK] = {"holder": holder_identity("maintenance carry", "-"), "heartbeat": time.time(),
+                             "released": True}
+            store.transact(out)
+    finally:
+        store.close()
+    carried = sorted(int(k[len(PREFIX):]) for k in out if k.startswith(PREFIX))
+    log.info("carried the maintenance state of brokers %s from ZooKeeper into %s", carried, TOPIC)
+    return carried
+
+
 def _wait_for_lock(store: Store, wait: float) -> None:
     limit = time.monotonic() + wait
     while True:

@@ -388,6 +388,26 @@ class ClearOutcome:
     message: str
 
 
+@dataclass(frozen=True)
+class CarryRequest:
+    """Copy the maintenance znodes of a cluster migrating from ZooKeeper into its `__kplan` topic."""
+
+    zk: str
+    bootstrap: str
+    auth: tuple[str, str] | None = field(default=None, repr=False)
+    timeout: float = 10.0
+    kafka: KafkaSecurity | None = field(default=None, repr=False)
+    kafka_timeout: float = 10.0
+    lease: float = 30.0
+
+
+@dataclass(frozen=True)
+class CarryOutcome:
+    carried: tuple[tuple[int, str], ...]      # (broker, state) written to __kplan
+    kept: tuple[tuple[int, str], ...]         # (broker, state) __kplan held already
+    message: str
+
+
 # ------------------------------------------------------------------------------------------------------- roll
 @dataclass(frozen=True)
 class RollRequest:

@@ -214,6 +214,7 @@ class ZkClusterReader:
             except KraftMigration as e:
                 servers = self._hybrid(reader, e)
                 if servers is None:
+                    self._refuse_with_maintenance(reader, e)
                     raise
                 hybrid = (e, servers)
                 assert reader.client is not None
@@ -245,6 +246,20 @@ class ZkClusterReader:
         rounds.settle(zxid_min, self.max_rounds)
         self.migration = rounds.check_kraft()
 
+    def _refuse_with_maintenance(self, reader: ZkReader, e: KraftMigration) -> None:
+        """ZooKeeper is not read (e's refusal): when it holds brokers' maintenance state, the refusal says so and
+        how to carry it into __kplan, where a read through the bootstrap servers finds it."""
+        if reader.client is None:
+            return
+        entries = maintenance_zk.read_all(reader.client).entries
+        if entries:
+            named = ", ".join(f"broker {b} {x.state}" for b, x in sorted(entries.items()))
+            raise KraftMigration(
+                f"{e}; ZooKeeper also holds kplan's maintenance state ({named}), which a read through the "
+                "bootstrap servers shows only once carried into __kplan: kplan maintenance carry --zk "
+                f"{self.target.hosts} --bootstrap-server HOST:PORT (then kplan brokers --bootstrap-server shows it)",
+                migration=e.migration, next_steps=e.next_steps) from None
+
     def _read_hybrid(self, e: KraftMigration, servers: str, znodes: dict[int, mt.Entry],
                      say: Progress) -> ClusterRead:
         from planner.admin_reader import AdminClusterReader
@@ -263,8 +278,8 @@ class ZkClusterReader:
             self.problems.by_key.setdefault("maintenance", []).append({
                 "path": maintenance_zk.ROOT, "problem": f"brokers {missing} are in maintenance in ZooKeeper only: "
                 "once the brokers leave ZooKeeper mode the cluster is read through its bootstrap servers, which "
-                "see only the __kplan topic; carry the states first: kplan maintenance carry --zk "
-                f"{self.target.hosts} --bootstrap-server {servers}"})
+                "see only the __kplan topic; as soon as they run in KRaft mode (dual-write), before planning, "
+                f"carry the states: kplan maintenance carry --zk {self.target.hosts} --bootstrap-server {servers}"})
         return replace(read, maintenance=in_maintenance)
 
     def close(self) -> None:

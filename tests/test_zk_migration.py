@@ -242,7 +242,17 @@ def test_brokers_in_kraft_mode_are_read_through_the_bootstrap_servers(mig, tmp_p
     err = capsys.readouterr().err
     assert "migration state MIGRATION, dual-write phase" in err and "bootstrap servers" in err
     assert not (tmp_path / "z").exists() or not (tmp_path / "z" / "manifest.json").exists()
+    # broker 3's maintenance znode is named, with the command that carries it into __kplan; carried once (the
+    # second carry finds it there), every read through the bootstrap servers, after finalizing too, keeps it
+    assert "maintenance state (broker 3 drained)" in err and "kplan maintenance carry" in err
+    if phase == "dual-write":
+        carry = ["maintenance", "carry", "--zk", mig.connect_string, "--bootstrap-server", mig.bootstrap_servers]
+        assert cli.main(carry) == 0
+        assert capsys.readouterr().out.strip() == "carried into __kplan: broker 3 drained"
+        assert cli.main(carry) == 0
+        assert capsys.readouterr().out.strip() == "already in __kplan: broker 3 drained"
     snap = snapshot(tmp_path, phase, bootstrap=mig.bootstrap_servers)
+    assert [(e["broker"], e["state"], e["plan_id"]) for e in snap.manifest["maintenance"]] == [(3, "drained", DRAIN)]
     assert snap.manifest["source"]["backend"] == "kraft"
     assert snap.manifest["source"]["metadata_version"] == "3.9-IV0"
     assert snap.manifest["controller"]["broker"] == 1000
