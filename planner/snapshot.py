@@ -302,10 +302,10 @@ def migration_maintenance(znodes: dict[int, mt.Entry], records: dict[int, mt.Ent
     (planner.maintenance_zk), where every ZooKeeper-mode apply, verify and roll wrote it and which nothing can
     change during the migration (maintenance_zk refuses). `__kplan` records (planner.maintenance_kraft) only
     exist there once carried (`kplan maintenance carry`, a copy of the znodes) or written through the bootstrap
-    servers since: equal to the znodes (same state and plan, broker by broker) they are the same state; any
-    difference is refused, naming the brokers, rather than guessed: either side may be the newer one."""
-    differ = [b for b in sorted(set(znodes) | set(records))
-              if _key(znodes.get(b)) != _key(records.get(b))]
+    servers since: equal to the znodes (same state and plan, broker by broker) they are the same state; a record
+    that differs (a broker in service in ZooKeeper included) is refused, naming the brokers, rather than guessed:
+    either side may be the newer one. A znode without a record is the state not carried yet: the znode's."""
+    differ = [b for b in sorted(records) if _key(znodes.get(b)) != _key(records[b])]   # none carried: the znodes
     if differ:
         sides = "; ".join(f"broker {b}: {_said(znodes.get(b))} in ZooKeeper, {_said(records.get(b))} in __kplan"
                           for b in differ)
