@@ -464,6 +464,11 @@ CASES = [
          2, "broker 2 is not in maintenance"),
     Case("plan-return-unknown-broker", lambda c: ["plan", "return", "--snapshot", str(c.snapshot(
         maintenance=[_drained(3)])), "--brokers", "7", "--out", str(c.out)], 2, "unknown broker(s) [7]"),
+    Case("maintenance-carry-without-bootstrap", lambda c: ["maintenance", "carry", "--zk", "127.0.0.1:9"],
+         2, "maintenance carry reads ZooKeeper and writes the KRaft brokers: give both --zk"),
+    Case("maintenance-carry-bootstrap-with-path", lambda c: ["maintenance", "carry", "--zk", "127.0.0.1:9",
+                                                             "--bootstrap-server", "127.0.0.1:9/kafka"],
+         2, "bootstrap server '127.0.0.1:9/kafka' has a path"),
     Case("maintenance-clear-no-state", lambda c: ["maintenance", "clear", "--zk", c.load(SEED), "--brokers", "2"],
          2, "broker 2 is not in maintenance: nothing to clear (brokers in maintenance: none)", zk=True),
     Case("maintenance-clear-unknown-broker", lambda c: ["maintenance", "clear", "--zk", c.load(SEED),

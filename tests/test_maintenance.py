@@ -227,3 +227,19 @@ def test_verify_sets_drained_only_when_the_drain_holds_and_only_for_its_own_plan
     one = check.json("/kplan/maintenance/1")
     assert (one["state"], one["plan_id"], one["run"], one["reason"]) == ("drained", PLAN, "/r", "why")
     assert check.json("/kplan/maintenance/2")["state"] == "draining"
+
+
+def test_a_migration_snapshot_takes_the_znodes_and_refuses_a_differing_record():
+    """A `--zk` snapshot of a migrating cluster (planner.snapshot.migration_maintenance): the znodes' states; an
+    uncarried znode is kept, an equal record (the carry's copy) agrees, any differing record is refused."""
+    from planner.snapshot import migration_maintenance
+
+    z = {3: mt.Entry(3, mt.DRAINED, PLAN, version=2)}
+    assert migration_maintenance(z, {}, "zk:2181", "b:9092") == z
+    assert migration_maintenance(z, {3: mt.Entry(3, mt.DRAINED, PLAN, reason="copied")}, "zk:2181", "b:9092") == z
+    with pytest.raises(SafetyRefusal, match=r"broker 3: drained \(plan sha256:aaaa.*\) in ZooKeeper, returning "
+                                            r"\(plan .*\) in __kplan.*kplan maintenance carry --zk zk:2181 "
+                                            r"--bootstrap-server b:9092"):
+        migration_maintenance(z, {3: mt.Entry(3, mt.RETURNING, PLAN)}, "zk:2181", "b:9092")
+    with pytest.raises(SafetyRefusal, match=r"broker 2: in service in ZooKeeper, drained in __kplan"):
+        migration_maintenance(z, {3: z[3], 2: mt.Entry(2, mt.DRAINED)}, "zk:2181", "b:9092")
