@@ -18,13 +18,14 @@ from typing import Any, NamedTuple
 # The steps a NextStep may name. Every presenter words each one (the CLI as a command line, the Airflow layer as a
 # task or a DAG); tests/test_layering.py checks that both know them all.
 STEPS = ("apply", "cancel", "verify", "roll", "brokers", "maintenance clear", "plan drain", "plan return",
-         "follow-up drain")
+         "follow-up drain", "maintenance carry")
 
 
 class NextStep(NamedTuple):
     """A step to run next and what running it does: on the same plan (`apply`, `cancel`, `verify`, `roll`), or
     on the same cluster (`brokers`: look at the maintenance states; `maintenance clear`, `plan drain`, `plan
-    return`, `follow-up drain`: a new snapshot and a drain plan for what is left), for `brokers` when given."""
+    return`, `follow-up drain`: a new snapshot and a drain plan for what is left; `maintenance carry`: a migrating
+    cluster's maintenance znodes copied into `__kplan`), for `brokers` when given."""
 
     step: str
     does: str

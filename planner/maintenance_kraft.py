@@ -142,8 +142,9 @@ def carry(store: Store, entries: Mapping[int, mt.Entry], lock_wait: float = 0.0)
         if differ:
             raise SafetyRefusal("the brokers' maintenance state differs between ZooKeeper and __kplan (" + "; ".join(
                 f"broker {b}: {z.state} in ZooKeeper, {k.state} in __kplan" for b, z, k in differ)
-                + "); clear the side that is wrong (kplan maintenance clear) first; nothing was written",
-                next_steps=(NextStep("brokers", "shows the __kplan side"),))
+                + "); clear the side that is wrong first; nothing was written",
+                next_steps=(NextStep("maintenance clear", "clears a broker's state on the side it is run on",
+                                     tuple(b for b, _, _ in differ)), NextStep("brokers", "shows the __kplan side")))
         return {maintenance_key(b): e.as_dict() for b, e in sorted(entries.items()) if b not in states.entries}
 
     if not records(read_all(store)):      # refuse early, or nothing to do

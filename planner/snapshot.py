@@ -256,9 +256,9 @@ class ZkClusterReader:
             named = ", ".join(f"broker {b} {x.state}" for b, x in sorted(entries.items()))
             raise KraftMigration(
                 f"{e}; ZooKeeper also holds kplan's maintenance state ({named}), which a read through the "
-                "bootstrap servers shows only once carried into __kplan: kplan maintenance carry --zk "
-                f"{self.target.hosts} --bootstrap-server HOST:PORT (then kplan brokers --bootstrap-server shows it)",
-                migration=e.migration, next_steps=e.next_steps) from None
+                "bootstrap servers shows only once carried into __kplan",
+                migration=e.migration, next_steps=(*e.next_steps, NextStep("maintenance carry", "copies it"))
+                ) from None
 
     def _read_hybrid(self, e: KraftMigration, servers: str, znodes: dict[int, mt.Entry],
                      say: Progress) -> ClusterRead:
@@ -272,14 +272,15 @@ class ZkClusterReader:
             read = self.through.read_cluster(say)
         finally:
             self.through.close()
-        in_maintenance = migration_maintenance(znodes, read.maintenance, self.target.hosts, servers)
+        in_maintenance = migration_maintenance(znodes, read.maintenance)
         missing = sorted(b for b in in_maintenance if b not in read.maintenance)
         if missing:
             self.problems.by_key.setdefault("maintenance", []).append({
                 "path": maintenance_zk.ROOT, "problem": f"brokers {missing} are in maintenance in ZooKeeper only: "
                 "once the brokers leave ZooKeeper mode the cluster is read through its bootstrap servers, which "
                 "see only the __kplan topic; as soon as they run in KRaft mode (dual-write), before planning, "
-                f"carry the states: kplan maintenance carry --zk {self.target.hosts} --bootstrap-server {servers}"})
+                f"carry the states into __kplan (the maintenance carry step, from ZooKeeper {self.target.hosts} "
+                f"to the brokers' bootstrap servers, e.g. {servers})"})
         return replace(read, maintenance=in_maintenance)
 
     def close(self) -> None:
@@ -296,8 +297,7 @@ class ZkClusterReader:
                                "cluster through its bootstrap servers")
 
 
-def migration_maintenance(znodes: dict[int, mt.Entry], records: dict[int, mt.Entry], zk: str,
-                          bootstrap: str) -> dict[int, mt.Entry]:
+def migration_maintenance(znodes: dict[int, mt.Entry], records: dict[int, mt.Entry]) -> dict[int, mt.Entry]:
     """The brokers' maintenance state of a cluster in ZooKeeper-to-KRaft migration read with `--zk`: the znodes
     (planner.maintenance_zk), where every ZooKeeper-mode apply, verify and roll wrote it and which nothing can
     change during the migration (maintenance_zk refuses). `__kplan` records (planner.maintenance_kraft) only
@@ -311,10 +311,10 @@ def migration_maintenance(znodes: dict[int, mt.Entry], records: dict[int, mt.Ent
                           for b in differ)
         raise SafetyRefusal(
             f"the brokers' maintenance state differs between ZooKeeper (/kplan/maintenance) and the __kplan "
-            f"topic ({sides}); a plan made from either could refill a drained broker: make them agree "
-            f"(kplan maintenance clear on the side that is wrong, or kplan maintenance carry --zk {zk} "
-            f"--bootstrap-server {bootstrap}) and take the snapshot again; nothing was written",
-            next_steps=(NextStep("brokers", "shows each side's states"),))
+            f"topic ({sides}); a plan made from either could refill a drained broker or keep a returned one "
+            "empty: make them agree and take the snapshot again; nothing was written",
+            next_steps=(NextStep("maintenance clear", "clears a broker's state on the side it is run on",
+                                 tuple(differ)), NextStep("brokers", "shows each side's states")))
     return dict(znodes)
 
 

@@ -235,11 +235,11 @@ def test_a_migration_snapshot_takes_the_znodes_and_refuses_a_differing_record():
     from planner.snapshot import migration_maintenance
 
     z = {3: mt.Entry(3, mt.DRAINED, PLAN, version=2)}
-    assert migration_maintenance(z, {}, "zk:2181", "b:9092") == z
-    assert migration_maintenance(z, {3: mt.Entry(3, mt.DRAINED, PLAN, reason="copied")}, "zk:2181", "b:9092") == z
+    assert migration_maintenance(z, {}) == z
+    assert migration_maintenance(z, {3: mt.Entry(3, mt.DRAINED, PLAN, reason="copied")}) == z
     with pytest.raises(SafetyRefusal, match=r"broker 3: drained \(plan sha256:aaaa.*\) in ZooKeeper, returning "
-                                            r"\(plan .*\) in __kplan.*kplan maintenance carry --zk zk:2181 "
-                                            r"--bootstrap-server b:9092"):
-        migration_maintenance(z, {3: mt.Entry(3, mt.RETURNING, PLAN)}, "zk:2181", "b:9092")
+                                            r"\(plan .*\) in __kplan.*nothing was written") as e:
+        migration_maintenance(z, {3: mt.Entry(3, mt.RETURNING, PLAN)})
+    assert [(s.step, s.brokers) for s in e.value.next_steps] == [("maintenance clear", (3,)), ("brokers", ())]
     with pytest.raises(SafetyRefusal, match=r"broker 2: in service in ZooKeeper, drained in __kplan"):
-        migration_maintenance(z, {3: z[3], 2: mt.Entry(2, mt.DRAINED)}, "zk:2181", "b:9092")
+        migration_maintenance(z, {3: z[3], 2: mt.Entry(2, mt.DRAINED)})

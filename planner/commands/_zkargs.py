@@ -110,6 +110,8 @@ def command(step: Any, args: argparse.Namespace) -> str:
     where = f"--bootstrap-server {args.bootstrap}" if getattr(args, "bootstrap", None) else f"--zk {zk}"
     if step.step in _ON_PLAN:
         return f"`kplan {step.step} {where} --plan {getattr(args, 'plan', None) or 'P'}`"
+    if step.step == "maintenance carry":
+        return f"`kplan maintenance carry --zk {zk} --bootstrap-server {getattr(args, 'bootstrap', None) or 'HOST:PORT'}`"
     if step.step == "follow-up drain":
         return (f"kplan snapshot --zk {zk} --out S2 && kplan plan drain --snapshot S2 --brokers {ids} --out P2, review "
                 "it, then kplan apply and kplan verify P2")

@@ -49,7 +49,8 @@ _STEP = {"apply": "the apply task, cleared,", "verify": "the verify task",
          "brokers": "the plan page's maintenance line (planner.api.brokers)",
          "maintenance clear": "clearing the maintenance state (planner.api.clear_maintenance)",
          "plan drain": "a kafka_broker_drain run", "plan return": "a kafka_broker_return run",
-         "follow-up drain": "a new kafka_broker_drain run for the same brokers (the follow_up task offers it)"}
+         "follow-up drain": "a new kafka_broker_drain run for the same brokers (the follow_up task offers it)",
+         "maintenance carry": "carrying ZooKeeper's maintenance state into __kplan (planner.api.carry_maintenance)"}
 NO_THROTTLE_REMEDY = ": give a throttle (the throttle param, e.g. 50MB), or set the no_throttle param to copy at " \
     "full speed on purpose"
 
