@@ -33,7 +33,7 @@ from typing import Any
 
 from planner import maintenance as mt
 from planner import maintenance_kraft
-from planner.errors import SafetyRefusal
+from planner.errors import KafkaUnavailable, SafetyRefusal
 from planner.execution import preflight
 from planner.execution import runstate as rs
 from planner.execution.clusterview import Key, PartStatus
@@ -43,6 +43,8 @@ from planner.execution.planview import RunPlan
 from planner.execution.rollcluster import Elect, Presence, Reorder, Write
 
 log = logging.getLogger(__name__)
+
+READ_PATIENCE = 30.0   # seconds a read is tried again while the brokers do not answer
 
 
 def roll_key(plan_hex: str) -> str:
@@ -140,7 +142,7 @@ class KraftRollCluster:
 
         limit = time.monotonic() + METADATA_LAG
         while keys and time.monotonic() < limit:
-            now = self.admin.partitions(keys)
+            now = self.partitions(keys)
             keys = [k for k in keys if now[k].replicas and now[k].leader != now[k].replicas[0]]
             if keys:
                 time.sleep(min(self.poll, 0.2))
@@ -158,38 +160,56 @@ class KraftRollCluster:
 
     # ----------------------------------------------------------------------------------------- reads
     def read(self, fn: Callable[[], Any]) -> Any:
-        return fn()
+        """A read again while the brokers do not answer (the one the Admin client asked may be the one
+        restarting), for up to READ_PATIENCE seconds; then KafkaUnavailable (the roll stops, resumable)."""
+        from kafka.errors import KafkaError
+
+        limit = time.monotonic() + READ_PATIENCE
+        delay = 0.2
+        while True:
+            try:
+                return fn()
+            except (KafkaUnavailable, KafkaError) as e:
+                if time.monotonic() > limit:
+                    raise KafkaUnavailable(f"the brokers did not answer for {READ_PATIENCE:.0f} s "
+                                           f"({type(e).__name__})") from None
+                log.info("Admin API read failed (%s); trying again", type(e).__name__)
+                time.sleep(delay)
+                delay = min(2 * delay, 2.0)
 
     def partitions(self, keys: Iterable[Key], states: bool = True) -> dict[Key, PartStatus]:
-        return self.admin.partitions(list(keys), states)
+        keys = list(keys)
+        return self.read(lambda: self.admin.partitions(keys, states))
 
     def live_brokers(self) -> set[int]:
-        return self.admin.live_brokers()
+        return self.read(self.admin.live_brokers)
 
     def assignments(self) -> dict[Key, tuple[int, ...]]:
-        return {k: s.replicas for k, s in self.admin.partitions(None, states=False).items() if s.replicas is not None}
+        every = self.read(lambda: self.admin.partitions(None, states=False))
+        return {k: s.replicas for k, s in every.items() if s.replicas is not None}
 
     def min_isr(self, topics: Iterable[str]) -> dict[str, int]:
         """Each topic's min.insync.replicas in effect (DescribeConfigs answers the topic's value, its override
         or the broker's default)."""
-        got = self.admin.configs("topic", topics, ["min.insync.replicas"])
+        topics = sorted(set(topics))
+        got = self.read(lambda: self.admin.configs("topic", topics, ["min.insync.replicas"]))
         return {t: int(v.get("min.insync.replicas", ("1", None))[0] or 1) for t, v in got.items()}
 
     def presence(self, broker: int, watch: bool = False) -> Presence:
         from planner import kraft_admin as ka
 
-        info = ka.brokers(self.admin.admin).get(broker)
+        info = self.read(lambda: ka.brokers(self.admin.admin)).get(broker)
         return Presence(info is not None and not info["fenced"])
 
     def registrations(self, brokers: Iterable[int]) -> dict[int, dict[str, Any]]:
         """Host and port of each broker (a restart command's {host} and {port})."""
         from planner import kraft_admin as ka
 
-        known = ka.brokers(self.admin.admin)
+        known = self.read(lambda: ka.brokers(self.admin.admin))
         return {b: {"host": known[b]["host"], "port": known[b]["port"]} for b in brokers if b in known}
 
     def foreign_reassignment(self) -> str | None:
-        moving = self.admin.reassignments(None)
+        moving = self.read(lambda: self.admin.reassignments(None))
         if not moving:
             return None
         shown = preflight.listing([f"{preflight.name(k)} (adding {v.get('adding_replicas')}, removing "
