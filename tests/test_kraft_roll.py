@@ -178,17 +178,18 @@ def test_the_roll_of_broker_1_killed_and_resumed_loses_nothing(kraft, tmp_path):
 
 def test_restarting_broker_1_without_the_roll_takes_its_rf1_partition_offline(kraft):
     """The harness can fail: the same workload and watcher see the incident when nothing protects it (the last
-    test of the module: broker 1 is left stopped, which spares the module a broker start)."""
-    with Workload(kraft, topics=TOPICS, rate=200, delivery_timeout=2) as w:
+    test of the module: broker 1 is left stopped, which spares the module a broker start; the workload is then
+    aborted, not audited: an audit reads every partition, and this test claims nothing about integrity)."""
+    w = Workload(kraft, topics=TOPICS, rate=200, delivery_timeout=2).start()
+    try:
         poll(lambda: w.summary()["acked"] >= 100, 60, "traffic acknowledged")
-        w.mark("restart broker 1, no roll")
         kraft.stop([1])
-        # the watcher (DescribeTopicPartitions, independent of the roll's code) sees it
-        poll(lambda: "rf1-0" in w.summary()["offline_now"], 30, "rf1-0 offline")
-    report = w.report()
-    off = {(i["topic"], i["partition"]) for i in report["intervals"] if i["kind"] == "offline"}
-    under = {(i["topic"], i["partition"]) for i in report["intervals"] if i["kind"] == "under_min_isr"}
-    # broker 1's controlled shutdown (ReplicationControlManager.handleBrokerInControlledShutdown): rf1-0 has no
-    # other replica, so no leader; pairs-0 keeps broker 3 alone, under its min ISR 2
-    assert off == {("rf1", 0)} and under == {("pairs", 0)}, report["intervals"]
-    assert report["verdict"]["availability"] is False and report["producer"]["failed"] > 0
+        # the watcher (DescribeTopicPartitions, independent of the roll's code) sees what broker 1's controlled
+        # shutdown did (ReplicationControlManager.handleBrokerInControlledShutdown): rf1-0 has no other replica,
+        # so no leader; pairs-0 keeps broker 3 alone, under its min ISR 2. And sends to rf1-0 fail.
+        poll(lambda: w.summary()["offline_now"] == ["rf1-0"] and w.summary()["under_min_isr_now"] == ["pairs-0"],
+             30, "rf1-0 offline and pairs-0 under min ISR")
+        poll(lambda: w.summary()["failed"] > 0, 30, "a failed send")
+        assert w.summary()["offline_now"] == ["rf1-0"] and w.summary()["under_min_isr_now"] == ["pairs-0"]
+    finally:
+        w.abort()
