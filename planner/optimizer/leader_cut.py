@@ -50,46 +50,29 @@ class _Flow:
     served and every broker at least the floor: `short` = what it cannot carry, 0 when a level order exists)."""
 
     def __init__(self, pb: Problem, final: np.ndarray, eligible: np.ndarray, cap: np.ndarray) -> None:
-        B = pb.num_brokers
+        frame = _leader_frame(pb, final, eligible, cap)
+        E, pos, on, fr = frame["E"], frame["pos"], frame["on"], frame["free"]
+        lo_b, hi_b, room = frame["lo_b"], frame["hi_b"], frame["room"]
         e_idx = np.flatnonzero(eligible)
-        E = len(e_idx)
-        pos = np.full(B, -1, np.int64)
-        pos[e_idx] = np.arange(E)
-        on = (final >= 0) & eligible[np.maximum(final, 0)]
-        rows = np.flatnonzero(on.any(axis=1))
-        n = len(rows)
-        lo, hi = n // max(1, E), -(-n // max(1, E))
-        fixed = pb.fixed[rows]
-        lead0 = final[rows, 0]
-        fx = fixed & (lead0 >= 0) & eligible[np.maximum(lead0, 0)]
-        fixed_b = np.bincount(pos[lead0[fx]], minlength=E)
         T = len(pb.topic_names)
-        cap_t = np.where(pb.excluded_topic, BIG, cap).astype(np.int64)
-        used = np.zeros(T * E, np.int64)
-        keep = fx & ~pb.excluded_topic[pb.topic_of[rows]]
-        np.add.at(used, pb.topic_of[rows[keep]].astype(np.int64) * E + pos[lead0[keep]], 1)
-        free = np.flatnonzero(~fixed)
-        fr = rows[free]
         ii, jj = np.nonzero(on[fr])
         tb = pb.topic_of[fr[ii]].astype(np.int64) * E + pos[final[fr[ii], jj]]
         self.keys, inv = np.unique(tb, return_inverse=True)
         # nodes: 0 super source, 1 super sink, 2 s, 3 t, partitions, (topic, broker), brokers
-        p0, k0 = 4, 4 + len(free)
+        p0, k0 = 4, 4 + len(fr)
         b0 = k0 + len(self.keys)
-        lo_b = np.maximum(0, lo - fixed_b)
-        hi_b = np.maximum(lo_b, hi - fixed_b)
         mf = max_flow.SimpleMaxFlow()
         tails = np.concatenate([p0 + ii, k0 + np.arange(len(self.keys)), b0 + np.arange(E), [3],
-                                np.full(len(free), 0), [0], [2], b0 + np.arange(E)])
+                                np.full(len(fr), 0), [0], [2], b0 + np.arange(E)])
         heads = np.concatenate([k0 + inv, b0 + self.keys % E, np.full(E, 3), [2],
-                                p0 + np.arange(len(free)), [3], [1], np.full(E, 1)])
+                                p0 + np.arange(len(fr)), [3], [1], np.full(E, 1)])
         caps = np.concatenate([np.ones(len(ii), np.int64),
-                               np.maximum(0, cap_t[self.keys // E] - used[self.keys]),
-                               hi_b - lo_b, [BIG], np.ones(len(free), np.int64), [int(lo_b.sum())],
-                               [len(free)], lo_b]).astype(np.int64)
+                               room[self.keys],
+                               hi_b - lo_b, [BIG], np.ones(len(fr), np.int64), [int(lo_b.sum())],
+                               [len(fr)], lo_b]).astype(np.int64)
         arcs = mf.add_arcs_with_capacity(tails.astype(np.int32), heads.astype(np.int32), caps)
         mf.solve(0, 1)
-        need = len(free) + int(lo_b.sum())
+        need = len(fr) + int(lo_b.sum())
         self.short = need - int(mf.optimal_flow())
         self.E, self.e_idx = E, e_idx
         # the broker each partition is led from in this flow (-1: none or fixed)
@@ -105,42 +88,42 @@ class _Flow:
         snk = np.zeros(b0 + E, bool)
         snk[np.asarray(mf.get_sink_side_min_cut(), np.int64)] = True
         self.reached = np.zeros(len(final), bool)
-        self.reached[fr] = src[p0:p0 + len(free)]
+        self.reached[fr] = src[p0:p0 + len(fr)]
         # (topic, broker) places from which one unit more reaches the super sink: a place that exists and does,
         # or a new one with room in the topic's cap on a broker that does
         every = np.arange(T * E)
-        self.open_keys = ~np.isin(every, self.keys) & (cap_t[every // E] - used > 0) & snk[b0 + every % E]
+        self.open_keys = ~np.isin(every, self.keys) & (room > 0) & snk[b0 + every % E]
         self.open_keys[self.keys[snk[k0:b0]]] = True
         # where: the upper side (partitions that must be led from brokers already at the ceiling) and the lower
         # side (brokers that cannot reach the floor), each a plain max flow whose source side names them
         nk = len(self.keys)
-        room_k = np.maximum(0, cap_t[self.keys // E] - used[self.keys])
+        room_k = room[self.keys]
         kb = self.keys % E
         # upper: s(0) -> partition -> (topic, broker) -> broker -> t(1) within the ceiling
         mf = max_flow.SimpleMaxFlow()
-        q0, r0 = 2 + len(free), 2 + len(free) + nk
+        q0, r0 = 2 + len(fr), 2 + len(fr) + nk
         mf.add_arcs_with_capacity(
-            np.concatenate([np.zeros(len(free)), 2 + ii, q0 + np.arange(nk), r0 + np.arange(E)]).astype(np.int32),
-            np.concatenate([2 + np.arange(len(free)), q0 + inv, r0 + kb, np.ones(E)]).astype(np.int32),
-            np.concatenate([np.ones(len(free) + len(ii), np.int64), room_k, hi_b]).astype(np.int64))
+            np.concatenate([np.zeros(len(fr)), 2 + ii, q0 + np.arange(nk), r0 + np.arange(E)]).astype(np.int32),
+            np.concatenate([2 + np.arange(len(fr)), q0 + inv, r0 + kb, np.ones(E)]).astype(np.int32),
+            np.concatenate([np.ones(len(fr) + len(ii), np.int64), room_k, hi_b]).astype(np.int64))
         mf.solve(0, 1)
         side = np.zeros(r0 + E, bool)
         side[np.asarray(mf.get_source_side_min_cut(), np.int64)] = True
-        self.upper = mf.optimal_flow() < len(free)
-        self.stuck = fr[side[2:2 + len(free)]]                  # partitions that cannot be led elsewhere
+        self.upper = mf.optimal_flow() < len(fr)
+        self.stuck = fr[side[2:2 + len(fr)]]                  # partitions that cannot be led elsewhere
         self.full = self.keys[side[q0:q0 + nk]]                 # and the places they could
         # lower: s(0) -> broker (floor) -> (topic, broker) -> partition -> t(1)
         mf = max_flow.SimpleMaxFlow()
         mf.add_arcs_with_capacity(
-            np.concatenate([np.zeros(E), r0 + kb, q0 + inv, 2 + np.arange(len(free))]).astype(np.int32),
-            np.concatenate([r0 + np.arange(E), q0 + np.arange(nk), 2 + ii, np.ones(len(free))]).astype(np.int32),
-            np.concatenate([lo_b, room_k, np.ones(len(ii) + len(free), np.int64)]).astype(np.int64))
+            np.concatenate([np.zeros(E), r0 + kb, q0 + inv, 2 + np.arange(len(fr))]).astype(np.int32),
+            np.concatenate([r0 + np.arange(E), q0 + np.arange(nk), 2 + ii, np.ones(len(fr))]).astype(np.int32),
+            np.concatenate([lo_b, room_k, np.ones(len(ii) + len(fr), np.int64)]).astype(np.int64))
         mf.solve(0, 1)
         side = np.zeros(r0 + E, bool)
         side[np.asarray(mf.get_source_side_min_cut(), np.int64)] = True
         self.lower = mf.optimal_flow() < int(lo_b.sum())
         self.starved = e_idx[side[r0:r0 + E]]                   # brokers that cannot reach the floor
-        self.taken = fr[side[2:2 + len(free)]]                  # partitions they could lead, all needed
+        self.taken = fr[side[2:2 + len(fr)]]                  # partitions they could lead, all needed
 
 
 def _followers(pb: Problem, st: State, eligible: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
