@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -140,14 +141,17 @@ def test_the_roll_of_broker_1_killed_and_resumed_loses_nothing(kraft, tmp_path):
                 "--lease", "2", "--throttle", "50MB", "--gate-timeout", "60", "--restart-timeout", "120",
                 "--restart-command", command]
         w.mark("roll")
+        took = time.monotonic()
         first = subprocess.run([sys.executable, "-m", "planner.cli", *args], cwd=REPO, capture_output=True,
                                text=True, timeout=300)
+        took = time.monotonic() - took
         assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
         key = "roll/" + plan["id"].split(":", 1)[-1]
         rec = kplan_records(sb)[key]
         # killed in its step's `restarting` state, having seen broker 1 leave while its restart command ran
-        assert rec["phase"] == "steps" and rec["steps"][0]["state"] == "restarting", rec
-        assert rec["steps"][0]["left_at"] and rec["steps"][0]["command_run"]
+        seen = f"after {took:.1f} s: {rec}\n{first.stderr[-3000:]}"
+        assert rec["phase"] == "steps" and rec["steps"][0]["state"] == "restarting", seen
+        assert rec["steps"][0].get("command_run") and rec["steps"][0].get("left_at"), seen
         # and broker 1 in maintenance meanwhile (`restarting`, this roll's plan), as `kplan brokers` shows it
         state = kplan_records(sb)["maintenance/1"]
         assert (state["state"], state["plan_id"], state["by"]["command"]) == ("restarting", plan["id"], "kplan roll")

@@ -377,6 +377,8 @@ class BrokerSteps:
                 st["left_at"] = rs.now()   # recorded: a roll killed after this still knows the broker left
                 self._event(f"broker {b} left while its restart ran")
                 self._save()
+                self.say(f"broker {b} left ({self._where_left()}) while its restart ran; recorded in "
+                         f"{rs.now() - st['left_at']:.1f} s", b, "restarting")
             th.join(self.opts.poll)
         if failed:
             raise failed[0]
