@@ -26,9 +26,8 @@ from waiting import poll
 from planner import cli
 from planner import kraft_admin as ka
 from planner.execution.kraftstore import Store
-from planner.kafka.broker import find_brokers
-from planner.sandbox import Sandbox
 from tests.kafka_support import racks
+from tests.kraft_support import admin_call, kplan_kraft_cluster
 
 pytestmark = pytest.mark.kafka
 
@@ -48,32 +47,8 @@ RATE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttle
 
 @pytest.fixture(scope="module")
 def kraft(tmp_path_factory):
-    # transactions' own topic replicated as on a real cluster (the sandbox's default is RF 1)
-    sb = Sandbox.up(tmp_path_factory.mktemp("kraftapply") / "sb", cluster=CLUSTER, engine="kraft", timeout=120,
-                    session_timeout=3, auto_rebalance=False, sasl=True,
-                    kafka_settings={"transaction.state.log.replication.factor": "3",
-                                    "transaction.state.log.min.isr": "2"})
-    try:
-        # A cluster that has used transactions (and kplan) before: __transaction_state and __kplan exist before
-        # the first snapshot, so a drain planned from it covers them (made after it, they would be named by
-        # the drain's intent check as topics created since the snapshot)
-        store = Store(sb.bootstrap_servers, lease=5)
-        store.open()
-        store.close({"released": True, "holder": {"command": "fixture"}})
+    with kplan_kraft_cluster(tmp_path_factory.mktemp("kraftapply") / "sb", CLUSTER, lease=5, sasl=True) as sb:
         yield sb
-    finally:
-        if (sb.dir / "sandbox.json").exists():
-            sb.down()
-        for pid in find_brokers(sb.dir / "kafka"):
-            os.kill(pid, signal.SIGKILL)
-
-
-def admin_call(sb, fn, *args, **kwargs):
-    a = ka.connect(sb.bootstrap_servers)
-    try:
-        return fn(a, *args, **kwargs)
-    finally:
-        a.close()
 
 
 def replicas(sb) -> dict[tuple[str, int], list[int]]:

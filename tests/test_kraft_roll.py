@@ -17,7 +17,6 @@ consumer, against expectations worked out by hand, never through the code under 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -29,11 +28,9 @@ from waiting import poll
 
 from planner import cli
 from planner import kraft_admin as ka
-from planner.execution.kraftstore import Store
-from planner.kafka.broker import find_brokers
-from planner.sandbox import Sandbox
 from planner.sandbox.workload import Workload
 from tests.kafka_support import racks
+from tests.kraft_support import admin_call, kplan_kraft_cluster
 
 pytestmark = pytest.mark.kafka
 
@@ -52,31 +49,8 @@ RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.ra
 
 @pytest.fixture(scope="module")
 def kraft(tmp_path_factory):
-    # transactions' own topic replicated as on a real cluster (the sandbox's default is RF 1): the fence's
-    # coordinator must survive a broker's restart
-    sb = Sandbox.up(tmp_path_factory.mktemp("kraftroll") / "sb", cluster=CLUSTER, engine="kraft", timeout=120,
-                    session_timeout=3, auto_rebalance=False,
-                    kafka_settings={"transaction.state.log.replication.factor": "3",
-                                    "transaction.state.log.min.isr": "2"})
-    try:
-        # a cluster kplan has written to before: __kplan and __transaction_state exist before the snapshot
-        store = Store(sb.bootstrap_servers, lease=3)
-        store.open()
-        store.close({"released": True, "holder": {"command": "fixture"}})
+    with kplan_kraft_cluster(tmp_path_factory.mktemp("kraftroll") / "sb", CLUSTER, lease=3) as sb:
         yield sb
-    finally:
-        if (sb.dir / "sandbox.json").exists():
-            sb.down()
-        for pid in find_brokers(sb.dir / "kafka"):
-            os.kill(pid, signal.SIGKILL)
-
-
-def admin_call(sb, fn, *args, **kwargs):
-    a = ka.connect(sb.bootstrap_servers)
-    try:
-        return fn(a, *args, **kwargs)
-    finally:
-        a.close()
 
 
 def described(sb) -> dict:
