@@ -97,7 +97,7 @@ class Person:
                                        f"{ti['task_id']}/{ti.get('map_index', -1)}/hitlDetails",
                                        json={"chosen_options": [option], "params_input": {}})
                     r.raise_for_status()
-                self._stop.wait(0.5)
+                self._stop.wait(0.2)
         except BaseException as e:  # noqa: BLE001 - reported in the main thread
             self.error = e
 
@@ -105,7 +105,7 @@ class Person:
 def run(conf: dict, decide, mark_success: str | None = None) -> tuple:
     dag = af.load_dag(DAG_ID)
     with Person(decide) as person:
-        dr = dag.test(run_conf=conf, mark_success_pattern=mark_success)
+        dr = af.dag_test(dag, run_conf=conf, mark_success_pattern=mark_success)
     return dr, person
 
 
