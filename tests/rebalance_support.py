@@ -166,6 +166,7 @@ class Feasibility:
         self.single: dict[str, list] = {}    # topic -> per partition: (its broker, must it stay on a racked one)
         self.relaxed = False
         self.leading = 0     # partitions with an eligible replica: each needs a leader
+        self.whole: dict[str, int] = {}   # per topic, partitions with every replica on an eligible broker
         self.cap = {t: math.ceil(n / max(1, len(self.brokers))) for t, n in n_t.items()}
         for (t, _p), reps in assign.items():
             on = [b for b in reps if b in eligible]
@@ -176,6 +177,8 @@ class Feasibility:
             if not on:
                 continue
             self.leading += 1          # (excluded topics' partitions are not counted: the room check is for none)
+            if len(on) == len(reps):   # led from an eligible broker, within its topic's cap
+                self.whole[t] = self.whole.get(t, 0) + 1
             if len(reps) == 1:
                 self.single.setdefault(t, []).append((reps[0], rack_aware and racks[reps[0]] is not None))
                 continue
@@ -197,10 +200,18 @@ class Feasibility:
                 self.relaxed = True
             self.parts.append((len(on), rule, stay, extra, set(on), t))
         self.rack_set = rack_set
+        self.mixed = set(self.single) & {p[5] for p in self.parts}
         self.total = sum(p[0] for p in self.parts) + sum(self.fixed.values()) + \
             sum(len(v) for v in self.single.values())
 
-    def _arcs(self, lo: int, hi: int, room: bool = False, rack_min: dict | None = None
+    def floor(self, t: str) -> int:
+        """Partitions of topic t that every broker must lead, whatever the others lead: those that must be led
+        from an eligible broker within the cap, less what all the other brokers may lead at their caps."""
+        if t in self.mixed:      # (its single and other partitions reach the broker by different nodes)
+            return 0
+        return max(0, min(self.cap[t], self.whole.get(t, 0) - (len(self.brokers) - 1) * self.cap[t]))
+
+    def _arcs(self, lo: int, hi: int, room: bool = False, rack_min: dict | None = None, floors: bool = False
               ) -> tuple[int, list[tuple[int, int, int, int, int]]]:
         """(nodes, arcs (u, v, lower, upper, cost)) of the per-partition flow for the band [lo, hi]: a
         replica that stays on its broker costs 0, one placed anew 1. Node 0 the source, 1 the sink.
@@ -210,7 +221,10 @@ class Feasibility:
         passes up to the cap into the broker's room node, the rest around it, and the room node must pass the
         level on. (No leader order of spread <= 1 within the caps exists without that.)
 
-        `rack_min` {rack: m}: the brokers of that rack hold at least m replicas in all."""
+        `rack_min` {rack: m}: the brokers of that rack hold at least m replicas in all.
+
+        `floors` (with `room`): the (topic, broker) node passes at least `floor(topic)` into the room node: the
+        broker holds and can lead that many of the topic (a broker no such partition can reach fails it)."""
         brokers = self.brokers
         groups: dict = {}
         for b in brokers:
@@ -270,18 +284,23 @@ class Feasibility:
                     if (t, b) not in tb:
                         tb[(t, b)] = nxt
                         nxt += 1
-                        arcs.append((tb[(t, b)], rnode[b], 0, self.cap[t], 0))
+                        arcs.append((tb[(t, b)], rnode[b], self.floor(t) if floors else 0, self.cap[t], 0))
                     here = sum(1 for w in where if w == b)
                     if here:
                         arcs.append((p, tb[(t, b)], 0, here, 0))
                     arcs.append((p, tb[(t, b)], 0, n, 1))
         for (t, b), i in via.items():
             arcs_nodes[i] = nxt
-            arcs.append((nxt, rnode[b], 0, self.cap[t], 0))
+            arcs.append((nxt, rnode[b], self.floor(t) if floors else 0, self.cap[t], 0))
             arcs.append((nxt, bnode[b], 0, self.total, 0))
             nxt += 1
         if room:
             arcs = [(u, arcs_nodes[-1 - v] if v < 0 else v, a, c, w) for u, v, a, c, w in arcs]
+        if floors:      # a broker that no partition of a topic with a floor can reach: nothing can meet it
+            for t in self.cap:
+                if self.floor(t) and any((t, b) not in via and (t, b) not in tb for b in brokers):
+                    arcs.append((nxt, 1, self.floor(t), self.floor(t), 0))
+                    nxt += 1
         if room:
             level = self.leading // len(brokers)
             for b in brokers:
@@ -296,9 +315,11 @@ class Feasibility:
             arcs.append((bnode[b], to, max(0, lo - self.fixed[b]), hi - self.fixed[b], 0))
         return nxt, arcs
 
-    def band_feasible(self, lo: int, hi: int, rack_min: dict | None = None, room: bool = False) -> bool:
-        """With `room`, every broker must also keep room to lead its share (`_arcs`)."""
-        n, arcs = self._arcs(lo, hi, room=room, rack_min=rack_min)
+    def band_feasible(self, lo: int, hi: int, rack_min: dict | None = None, room: bool = False,
+                      floors: bool = False) -> bool:
+        """With `room`, every broker must also keep room to lead its share (`_arcs`), with `floors` and of each
+        topic its floor."""
+        n, arcs = self._arcs(lo, hi, room=room, rack_min=rack_min, floors=floors)
         return _bounded_flow_feasible(n, [a[:4] for a in arcs], 0, 1)
 
     def forced_on(self, q: str) -> int:

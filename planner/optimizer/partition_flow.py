@@ -23,6 +23,14 @@ lower bound for the whole goal too (bounds.Bound.leader_room), at least the one 
 generated clusters kept leader spread 3, a broker 2 short of room, where a placement with room needed no more
 moves than the plan made).
 
+With `floors` as well, each (topic, broker) node passes into room_b at least the partitions of the topic that
+broker must lead whatever the others lead: the topic's partitions less the room every other broker has within
+the cap (`_lead_floors`; a topic of 1,514 partitions with cap 152 on 10 brokers leaves 146 to each). A leader
+order within the caps leads at least that many there, so the flow still admits every placement that keeps
+today's leader results possible, and refuses more of those that do not (issue 25: on a generated 10-broker
+cluster whose one-broker rack holds the band's top, the room flow allowed a maximum of 5,286 where no placement
+with at most 5,286 per broker leaves each topic's floors: 5,287 is the proven best there).
+
 At least m units take the direct arcs, one per rack, so p spans at least m new racks; and any placement that
 keeps the rule routes that way (one replica per rack it covers outside S directly, the rest through dup_p):
 the flows are exactly the placements. A single-replica partition is led where it is, so it reaches a broker
@@ -52,9 +60,55 @@ def arcs_needed(pb: Problem, eligible: np.ndarray) -> int:
     return int((~pb.fixed).sum()) * (int(eligible.sum()) + 2 * n_q + 1)
 
 
+def _lead_floors(pb: Problem, rows: np.ndarray, fr: np.ndarray, on_r: np.ndarray, topics: np.ndarray,
+                 room: np.ndarray, apart: np.ndarray) -> np.ndarray:
+    """(topics, E): partitions of each topic every broker must lead whatever the others lead: the topic's
+    partitions in the flow that hold only eligible brokers (their leader is one of them), less the room all other
+    brokers have within the cap; 0 for topics whose cap is not enforced and for those in `apart` (topics with
+    single-replica and other partitions: they reach a broker through two nodes, so neither carries the floor)."""
+    if not len(topics):
+        return np.zeros_like(room)
+    whole = on_r.sum(axis=1) == (fr >= 0).sum(axis=1)
+    tp = np.searchsorted(topics, pb.topic_of[rows[whole]])
+    ok = (tp < len(topics)) & (topics[np.minimum(tp, len(topics) - 1)] == pb.topic_of[rows[whole]])
+    n_t = np.bincount(tp[ok], minlength=len(topics))
+    low = n_t[:, None] - (room.sum(axis=1, keepdims=True) - room)
+    low[pb.excluded_topic[topics] | np.isin(topics, apart)] = 0
+    return np.clip(low, 0, room)
+
+
+def _member(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a[:, :, None] == b[:, None, :]).any(axis=2)
+
+
+def misses_floors(pb: Problem, eligible: np.ndarray, final: np.ndarray, caps: np.ndarray) -> bool:
+    """Some eligible broker holds fewer partitions of a topic than it must lead whatever the others lead
+    (`_lead_floors`, with every partition of the topic counted and every broker's room the cap): then no leader
+    order within the caps exists on `final`."""
+    e_idx = np.flatnonzero(eligible)
+    E = len(e_idx)
+    valid = final >= 0
+    whole = (valid & eligible[np.maximum(final, 0)]).sum(axis=1) == valid.sum(axis=1)
+    t_of = pb.topic_of.astype(np.int64)
+    n_t = np.bincount(t_of[whole & valid.any(axis=1)], minlength=len(caps))
+    need = n_t - (E - 1) * caps
+    need[pb.excluded_topic] = 0
+    hot = np.flatnonzero(need > 0)
+    if not len(hot) or not E:
+        return False
+    pos = np.full(pb.num_brokers, -1, np.int64)
+    pos[e_idx] = np.arange(E)
+    r, s = np.nonzero(valid & np.isin(t_of, hot)[:, None])
+    b = pos[final[r, s]]
+    ok = b >= 0
+    held = np.zeros((len(caps), E), np.int64)
+    np.add.at(held, (t_of[r[ok]], b[ok]), 1)
+    return bool((held[hot] < need[hot][:, None]).any())
+
+
 def least_placement(pb: Problem, eligible: np.ndarray, low: int, high: int, caps: np.ndarray,
-                    current: np.ndarray | None = None, keep: np.ndarray | None = None, room: bool = False
-                    ) -> tuple[int, np.ndarray] | None:
+                    current: np.ndarray | None = None, keep: np.ndarray | None = None, room: bool = False,
+                    floors: bool = False, hold: bool = False) -> tuple[int, np.ndarray] | None:
     """(the fewest new replicas, a placement with that many) bringing every eligible broker into [low, high]
     under the rack rules, with single-replica partitions within `caps` (per topic, less the fixed partitions'
     leaders there); None when no placement does. New means not in the partition's replicas before the plan
@@ -62,7 +116,9 @@ def least_placement(pb: Problem, eligible: np.ndarray, low: int, high: int, caps
     keeps its slot, a new one takes the slot of one that left. `keep` (P,), a broker per partition (-1 none):
     among the placements with the fewest new replicas, the flow keeps as many partitions on theirs as it can
     (the rebalance passes its planned leaders, which are within the topics' caps). `room`: every eligible
-    broker also keeps room to lead its share (module)."""
+    broker also keeps room to lead its share (module); `floors`: and of each topic what it must lead whatever
+    the others lead (module). `hold`: the planned leaders of topics with floors cost a new replica to leave
+    their broker (the count returned is then the placement's new replicas, not the flow's minimum)."""
     B = pb.num_brokers
     e_idx = np.flatnonzero(eligible)
     E = len(e_idx)
@@ -135,8 +191,15 @@ def least_placement(pb: Problem, eligible: np.ndarray, low: int, high: int, caps
     if keep is not None:
         kb = keep[rows]
         has = (kb >= 0) & eligible[np.maximum(kb, 0)]
-        cost_pb[has] += 1
-        cost_pb[np.flatnonzero(has), pos[kb[has]]] -= 1
+        w_keep = np.ones(n, np.int64)
+        if hold:
+            # a planned leader of a topic with floors (`_lead_floors`) leaves its broker at the cost of a new
+            # replica: the placement then keeps the witness's leaders where the caps leave little choice
+            n_rt = np.bincount(pb.topic_of[rows], minlength=len(caps))
+            hot = (n_rt - (E - 1) * caps > 0) & ~pb.excluded_topic
+            w_keep[hot[pb.topic_of[rows]]] = W
+        cost_pb[has] += w_keep[has][:, None]
+        cost_pb[np.flatnonzero(has), pos[kb[has]]] -= w_keep[has]
     multi = np.flatnonzero(~single)
     ii, jj = np.repeat(multi, E), np.tile(np.arange(E), len(multi))
     # through a (topic, broker) node: replicas of a topic on a broker beyond its leader cap cost 1 each, so that
@@ -155,7 +218,8 @@ def least_placement(pb: Problem, eligible: np.ndarray, low: int, high: int, caps
     hit = np.isin(ft, m_topics)
     np.add.at(used_m, (np.searchsorted(m_topics, ft[hit]), pos[lead0[fx][hit]]), 1)
     room_m = np.maximum(0, caps[m_topics][:, None] - used_m)
-    add(mb0 + mt * E + mj, rn[mj], room_m[mt, mj], 0)
+    low_m = _lead_floors(pb, rows, fr, on_r, m_topics, room_m, s_topics) if floors else np.zeros_like(room_m)
+    add(mb0 + mt * E + mj, rn[mj], room_m[mt, mj] - low_m[mt, mj], 0)
     add(mb0 + mt * E + mj, bn[mj], int(k.sum()), 1)
     if len(s_topics):
         one = np.flatnonzero(single)
@@ -168,8 +232,9 @@ def least_placement(pb: Problem, eligible: np.ndarray, low: int, high: int, caps
         hit = np.isin(ft, s_topics)
         np.add.at(used, (np.searchsorted(s_topics, ft[hit]), pos[lead0[fx][hit]]), 1)
         room_s = np.maximum(0, caps[s_topics][:, None] - used)
+        low_s = _lead_floors(pb, rows, fr, on_r, s_topics, room_s, m_topics) if floors else np.zeros_like(room_s)
         tt, bb = np.nonzero(room_s >= 0)
-        add(tb0 + tt * E + bb, rn[bb], room_s[tt, bb])
+        add(tb0 + tt * E + bb, rn[bb], room_s[tt, bb] - low_s[tt, bb])
     # room_b -> b: with `room`, at least the level less the leaders b keeps of partitions that stay
     n_lead = int(on_e.any(axis=1).sum())
     need = np.maximum(0, n_lead // E - fixed_lead) if room else np.zeros(E, np.int64)
@@ -186,6 +251,14 @@ def least_placement(pb: Problem, eligible: np.ndarray, low: int, high: int, caps
     np.subtract.at(sup, bn, lo_b)       # each broker's lower bound sent to the sink first
     sup[rn] -= need                     # and each room_b -> b lower bound
     sup[bn] += need
+    if floors:                          # and each (topic, b) -> room_b lower bound
+        mt_, mj_ = np.nonzero(low_m)
+        np.subtract.at(sup, mb0 + mt_ * E + mj_, low_m[mt_, mj_])
+        np.add.at(sup, rn[mj_], low_m[mt_, mj_])
+        if len(s_topics):
+            st_, sj_ = np.nonzero(low_s)
+            np.subtract.at(sup, tb0 + st_ * E + sj_, low_s[st_, sj_])
+            np.add.at(sup, rn[sj_], low_s[st_, sj_])
     sup[sink] = -int(k.sum()) + int(lo_b.sum())
     mcf = min_cost_flow.SimpleMinCostFlow()
     mcf.add_arcs_with_capacity_and_unit_cost(tails_a.astype(np.int32), heads_a.astype(np.int32), cap_a, cost_a)
@@ -212,4 +285,6 @@ def least_placement(pb: Problem, eligible: np.ndarray, low: int, high: int, caps
     assert len(fi) == len(p_new) and (fi == p_new).all()
     sub[fi, fs] = b_add
     out[rows] = sub
+    if hold:      # the cost counts kept leaders too: count the new replicas
+        return int(((out[rows] >= 0) & ~_member(out[rows], pb.replicas[rows])).sum()), out
     return int(mcf.optimal_cost()) // W, out

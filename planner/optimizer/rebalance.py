@@ -45,7 +45,7 @@ from planner.optimizer.checks import popcount, required_racks
 from planner.optimizer.exact import rebalance_exact
 from planner.optimizer.leader_cut import mend_leader_cut, undo_moves
 from planner.optimizer.mcf import BIG_CAP, FlowGraph, band, level_arcs, penalty, unique_inverse
-from planner.optimizer.partition_flow import ARC_LIMIT, arcs_needed, least_placement
+from planner.optimizer.partition_flow import ARC_LIMIT, arcs_needed, least_placement, misses_floors
 from planner.optimizer.problem import Problem, rack_masks
 from planner.optimizer.reach import Reach, reach
 from planner.optimizer.room import mend_room_count, room_per_broker
@@ -125,6 +125,11 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
                            rc, excess, lb_bytes)
         if flow is not None and flow[2]:
             return flow[0], flow[1]
+        floored = _flow_first(pb, State(st.final.copy(), st.lead.copy(), {}, st.cap.copy(), band=st.band), eligible,
+                              rc, excess, lb_bytes, floors=True)
+        if floored is not None and floored[2]:
+            return floored[0], floored[1]
+        flow = flow or floored
     unreached: list[str] = []
     # the level plan before anything moves (every replica free to move): which brokers shed and which fill,
     # so that the moves the topics' leader caps need are, where possible, moves the levelling makes anyway
@@ -186,20 +191,23 @@ def place_rebalance(pb: Problem, eligible: np.ndarray, balance: str = "auto", ma
 
 def _joint_band(pb: Problem, eligible: np.ndarray, rc: Reach) -> Reach:
     """The band to target where the racks force a wide one in which no placement leaves every broker room to
-    lead its share (partition_flow's room flow, which every leader order of spread <= 1 within the topics' caps
-    needs): the least maximum U with [0, U] room-feasible, with the low end kept where it is ([low, inf) still
+    lead its share and every topic's floors (partition_flow's room flow with floors, which every leader order of
+    spread <= 1 within the topics' caps needs): the least maximum U with [0, U] room-feasible, with the low end kept where it is ([low, inf) still
     room-feasible), checked as a band. Every narrower band is refused (the room flow refuses [0, U - 1], the
     rack flow already [low + 1, inf): reach.py), so U - low is the best replica spread that keeps today's leader results possible: proven
     by the flow on both sides. Issue 25: a generated 13-broker cluster, rack r1 of 2 brokers, rack-only best
     732, ended at 820 with leader spread 12 and 2 topics over their cap; at the joint band, 826 with leader
-    spread 0. Only for flows within partition_flow.ARC_LIMIT (~15 flows of ~0.3 s there)."""
+    spread 0. A generated 10-broker cluster, rack r1 of one broker: the room flow without floors allowed a
+    maximum of 5,286, where the topics' floors need 5,287 (seven topics whose other brokers' caps leave partitions
+    to every broker, e.g. 146 of a 1,514-partition RF 2 topic with cap 152); at 5,286 the plan ended with leader spread 2 and 2 topics
+    over their cap, at 5,287 with 0 and none. Only for flows within partition_flow.ARC_LIMIT (~15 flows of ~0.3 s there)."""
     if rc.spread <= 1 or not rc.exact or arcs_needed(pb, eligible) > ARC_LIMIT:
         return rc
     cap0 = leader_cap0(pb, eligible)
     total = int(broker_counts(pb.replicas, pb.num_brokers)[eligible].sum())
 
     def room(lo: int, hi: int) -> bool:
-        return least_placement(pb, eligible, lo, hi, cap0, room=True) is not None
+        return least_placement(pb, eligible, lo, hi, cap0, room=True, floors=True) is not None
 
     if room(rc.low, rc.high) or not room(rc.low, total):
         return rc
@@ -211,8 +219,9 @@ def _joint_band(pb: Problem, eligible: np.ndarray, rc: Reach) -> Reach:
         return rc
     why = (f"{rc.reason}; and leader spread <= 1 within the topics' caps needs replica spread >= {a - rc.low} "
            f"({rc.low:,}..{a:,} per broker; the rack rules alone allow {rc.spread}, {rc.low:,}..{rc.high:,}): no "
-           f"placement in a narrower band leaves every broker room to lead its share (proven: the leader-room "
-           f"flow refuses any maximum below {a:,}, the rack flow any minimum above {rc.low:,})")
+           f"placement in a narrower band leaves every broker room to lead its share, and of each topic the "
+           f"partitions the other brokers' caps leave to it (proven: the leader-room flow refuses any maximum "
+           f"below {a:,}, the rack flow any minimum above {rc.low:,})")
     return dataclasses.replace(rc, high=a, spread=a - rc.low, reason=why, transport=None, joint_from=rc.spread)
 
 
@@ -233,8 +242,8 @@ def _room_ok(pb: Problem, st: State, eligible: np.ndarray) -> bool:
     return bool((room_per_broker(pb, st.final, st.cap)[1][e_idx] >= n_lead // max(1, len(e_idx))).all())
 
 
-def _flow_first(pb: Problem, st: State, eligible: np.ndarray, rc: Reach, excess: int, lb_bytes: int | None
-                ) -> tuple[np.ndarray, RebalanceInfo, bool] | None:
+def _flow_first(pb: Problem, st: State, eligible: np.ndarray, rc: Reach, excess: int, lb_bytes: int | None,
+                floors: bool = False) -> tuple[np.ndarray, RebalanceInfo, bool] | None:
     """A count rebalance of a cluster whose per-partition flow is small enough (partition_flow.ARC_LIMIT):
     the fewest new replicas that bring every broker into the band under the rack rules, placed as the flow
     places them (exact: that count is also the bound), then the leader caps served by `_lead_again` (its
@@ -266,6 +275,16 @@ def _flow_first(pb: Problem, st: State, eligible: np.ndarray, rc: Reach, excess:
         with_room = least_placement(pb, eligible, rc.low, rc.high, cap0, st.final, st.lead, room=True)
         if with_room is not None:
             room_least, placed = with_room
+            if floors:
+                if not misses_floors(pb, eligible, placed, cap0):
+                    return None
+                floored = least_placement(pb, eligible, rc.low, rc.high, cap0, st.final, st.lead, room=True,
+                                          floors=True, hold=True)
+                if floored is None:
+                    return None
+                placed = floored[1]
+    elif floors:
+        return None
     for r, s_ in zip(*np.nonzero(placed != st.final), strict=True):
         apply_move(pb, st, int(r), int(s_), int(placed[r, s_]))
     unreached: list[str] = []
