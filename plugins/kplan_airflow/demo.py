@@ -6,6 +6,7 @@ risk after the plan, publish, approval (answered through Airflow's REST API: dem
 report. Prints the risk before/after, the plan summary, the verification report and where the time went.
 
     python -m kplan_airflow.demo --dir demo-run [--brokers 1] [--keep] [--throttle B] [--skip-risk]
+                                 [--catch-up-delay S]
 
 Ctrl-C (SIGINT) and SIGTERM stop it cleanly, exit 130: an apply in flight is cancelled through
 planner.api.cancel (it stops after its batch in flight: ZooKeeper cannot stop a running reassignment; its
@@ -67,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
                     "own suggestion, at least 10 MiB/s per batch, would copy the demo's 1.9 GiB in about 3 minutes)")
     ap.add_argument("--skip-risk", action="store_true",
                     help="mark the two Spark risk tasks successful without running them (~40 s less)")
+    ap.add_argument("--catch-up-delay", type=float, default=None,
+                    help="seconds a moved replica of the sandbox needs to join the ISR once copied (the demo "
+                    "preset's 0.5; each of the apply's 37 batches waits it)")
     ap.add_argument("--run-dag", action="store_true", help=argparse.SUPPRESS)   # the child: see the docstring
     ap.add_argument("--since", type=float, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--sandbox-seconds", type=float, default=0.0, help=argparse.SUPPRESS)
@@ -88,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
         print(f"=== sandbox: real ZooKeeper + 6 emulated brokers on 3 racks ({sandbox.dir})", flush=True)
-        sandbox.up("demo")
+        sandbox.up("demo", catch_up_delay=args.catch_up_delay)
         up = time.monotonic() - t0
         cmd = [sys.executable, "-m", "kplan_airflow.demo", "--run-dag", "--dir", str(root), "--brokers",
                ",".join(map(str, brokers)), "--throttle", str(args.throttle), "--since", repr(t0),

@@ -203,10 +203,11 @@ class SandboxCluster:
         if rc:
             raise subprocess.CalledProcessError(rc, cmd)
 
-    def up(self, preset: str = "demo") -> SandboxCluster:
+    def up(self, preset: str = "demo", catch_up_delay: float | None = None) -> SandboxCluster:
         if (self.dir / "sandbox.json").exists():
             self.down()
-        self._kplan("up", "--preset", preset)
+        self._kplan("up", "--preset", preset,
+                    *(("--catch-up-delay", str(catch_up_delay)) if catch_up_delay is not None else ()))
         return self
 
     def down(self) -> None:
