@@ -314,6 +314,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.perf and not args.baseline:
         ap.error("--perf needs --baseline")
+    args.work = args.work.resolve()     # the baseline runs in its own checkout: a relative path would miss
     args.work.mkdir(parents=True, exist_ok=True)
     result = {"machine": {"cpus": os.cpu_count(), "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}}
     if not args.no_table:
