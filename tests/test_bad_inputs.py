@@ -448,8 +448,9 @@ CASES = [
     Case("roll-restart-command-bad-placeholder", lambda c: _roll(Ctx(c.tmp, "127.0.0.1:1"), _restart_plan(c),
                                                                  "--restart-command", "ssh {hostname} restart"),
          2, "restart command 'ssh {hostname} restart': 'hostname' (placeholders: {broker}, {host}, {port})"),
+    # nobody listening: the whole timeout is waited, so the least that says it (as brokers-bootstrap-… does)
     Case("snapshot-nobody-listening", lambda c: ["snapshot", "--zk", f"127.0.0.1:{_free_port()}", "--out",
-                                                 str(c.out), "--timeout", "2"],
+                                                 str(c.out), "--timeout", "1"],
          2, "could not connect to ZooKeeper at 127.0.0.1:"),
     Case("snapshot-unresolvable-host", lambda c: ["snapshot", "--zk", "no-such-host.invalid:2181", "--out",
                                                   str(c.out), "--timeout", "2"],
@@ -515,7 +516,7 @@ CASES = [
          2, "no sandbox in"),
     # issue 24: KRaft clusters through --bootstrap-server. Nobody listening (the SASL password never shows)
     Case("snapshot-bootstrap-nobody-listening", lambda c: [
-        "snapshot", "--bootstrap-server", f"127.0.0.1:{_free_port()}", "--out", str(c.out), "--kafka-timeout", "2",
+        "snapshot", "--bootstrap-server", f"127.0.0.1:{_free_port()}", "--out", str(c.out), "--kafka-timeout", "1",
         "--kafka-security-protocol", "SASL_PLAINTEXT", "--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username",
         "kplan"], 2, "no Kafka broker answered at 127.0.0.1:", env={"KPLAN_KAFKA_PASSWORD": "Unreachable-s3cret-24"}),
     # a ZooKeeper given as Kafka: told by what answers there (its four-letter word), not by a timeout alone
@@ -547,7 +548,7 @@ CASES = [
          2, "(a KRaft cluster), not both"),
     Case("apply-kraft-nobody-listening", lambda c: [
         "apply", "--bootstrap-server", f"127.0.0.1:{_free_port()}", "--plan", str(_kraft_plan(c)), "--no-throttle",
-        "--kafka-timeout", "2", "--kafka-security-protocol", "SASL_PLAINTEXT", "--kafka-sasl-mechanism", "PLAIN",
+        "--kafka-timeout", "1", "--kafka-security-protocol", "SASL_PLAINTEXT", "--kafka-sasl-mechanism", "PLAIN",
         "--kafka-sasl-username", "kplan"], 2, "no Kafka broker answered at 127.0.0.1:",
          env={"KPLAN_KAFKA_PASSWORD": "Unreachable-s3cret-24"}),
     Case("verify-kraft-zookeeper-given-as-bootstrap", lambda c: [
