@@ -235,7 +235,7 @@ def seen(ui, path: str, *texts: str, timeout: float = 60) -> str:
         return body if all(t in body for t in texts) else None
 
     try:
-        return af.wait_for(shown, timeout, f"{path} to show {texts}", every=0.5)
+        return af.wait_for(shown, timeout, f"{path} to show {texts}")
     except TimeoutError:
         raise AssertionError(f"{path} does not show {texts}; it shows:\n"
                              f"{browser.find_element(By.TAG_NAME, 'body').text[:3000]}") from None

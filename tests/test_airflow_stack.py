@@ -71,7 +71,7 @@ def failed_run_shows_its_reason(base: str, token: str) -> None:
         r = _get(base, token, run)
         return r if r["state"] in ("failed", "success") else None
 
-    r = af.wait_for(ended, 180, "the drain of broker 42 to end", every=1.0)
+    r = af.wait_for(ended, 180, "the drain of broker 42 to end")
     states = {t["task_id"]: t["state"] for t in _get(base, token, f"{run}/taskInstances")["task_instances"]}
     assert r["state"] == "failed" and (states["snapshot"], states["risk"]) == ("success", "failed"), (r, states)
     assert (r["note"] or "").startswith("Failed at risk: unknown broker id(s) [42]"), r
@@ -100,14 +100,14 @@ def test_make_airflow_runs_nothing_until_triggered_and_sigterm_stops_everything(
             return DAGS <= set(dags) and all(not dags[d]["is_paused"] for d in DAGS) and \
                 dags["kafka_nightly_rebalance"].get("next_dagrun_run_after") and dags
 
-        dags = af.wait_for(parsed, 180, "the DAGs parsed and unpaused", every=1.0)
+        dags = af.wait_for(parsed, 180, "the DAGs parsed and unpaused")
 
         def healthy():
             h = _get(base, token, "/api/v2/monitor/health")
             return all((h.get(c) or {}).get("status") == "healthy"
                        for c in ("metadatabase", "scheduler", "triggerer", "dag_processor")) and h
 
-        af.wait_for(healthy, 120, "scheduler, triggerer and dag-processor healthy", every=1.0)
+        af.wait_for(healthy, 120, "scheduler, triggerer and dag-processor healthy")
         first = datetime.fromisoformat(dags["kafka_nightly_rebalance"]["next_dagrun_run_after"].replace("Z", "+00:00"))
         assert first > datetime.now(UTC), first
         # the scheduler has looped with the DAGs unpaused (health above): nothing was started for anyone

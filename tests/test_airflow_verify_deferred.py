@@ -130,7 +130,7 @@ def _healthy(rest: Rest) -> bool:
 
 def test_a_waiting_verify_holds_no_worker_or_pool_slot_and_survives_a_scheduler_restart(stack_env):
     sb, rest = stack_env["sb"], stack_env["rest"]
-    af.wait_for(lambda: _healthy(rest), 120, "scheduler and triggerer healthy", every=1.0)
+    af.wait_for(lambda: _healthy(rest), 120, "scheduler and triggerer healthy")
     sb.kill([4])   # a-1 -> [4,2] and b-0 -> [3,4] lose broker 4 from their ISR: not converged until it returns
 
     deferred = _run(DEFERRED, "d1", stack_env["plan"])
@@ -164,7 +164,7 @@ def test_a_waiting_verify_holds_no_worker_or_pool_slot_and_survives_a_scheduler_
     stack.stop(old)
     assert all(p.poll() is not None for p in old)
     stack_env["procs"][:] = stack_env["start"]()
-    af.wait_for(lambda: _healthy(rest), 120, "the new scheduler and triggerer healthy", every=1.0)
+    af.wait_for(lambda: _healthy(rest), 120, "the new scheduler and triggerer healthy")
     assert rest.ti(DEFERRED, "d1")["state"] == "deferred"
 
     sb.start([4])   # back in every ISR: the re-created trigger sees convergence, the finishing task runs
