@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from disk_check import check as disk_check
+from disk_check import session_problem
 
 from planner import zk as zkmod
 from planner.zkserver import ZooKeeperServer
@@ -20,10 +20,9 @@ def host_disk_has_room_for_real_brokers(request, tmp_path_factory) -> None:
     """Before the first test: when the session runs real brokers (the `kafka` marker), their log dirs' filesystem
     (the session's temporary folder) must be at most disk_check.LIMIT used, or the session stops at once with
     the reason in one line instead of 18 plan refusals that look like product bugs (tests/disk_check.py)."""
-    if any(item.get_closest_marker("kafka") for item in request.session.items):
-        problem = disk_check(tmp_path_factory.getbasetemp())
-        if problem:
-            pytest.exit(problem, returncode=1)
+    problem = session_problem(request.session.items, tmp_path_factory.getbasetemp())
+    if problem:
+        pytest.exit(problem, returncode=1)
 
 
 @pytest.fixture(scope="session")

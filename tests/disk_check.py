@@ -54,3 +54,11 @@ def check(path: Path, limit: float | None = None) -> str | None:
     usage = shutil.disk_usage(path)   # total = f_blocks * f_frsize, free = f_bavail * f_frsize: Kafka's two
     mount, device = mount_of(path)
     return verdict(usage.total, usage.free, f"the filesystem {mount} ({device}) holding {path}", limit)
+
+
+def session_problem(items: list, basetemp: Path) -> str | None:
+    """check() of the session's temporary folder when any of the session's tests runs real brokers (the `kafka`
+    marker); None otherwise (a session of light tests is not stopped by a full disk it does not need)."""
+    if any(item.get_closest_marker("kafka") for item in items):
+        return check(basetemp)
+    return None
