@@ -30,10 +30,10 @@ THROTTLE = 1_000_000_000
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, zk_server):
     base = tmp_path_factory.mktemp("airflow_dags")
-    # the demo cluster at the tests' pace (apply_support.FAST): a moved replica joins the ISR 0.2 s after its
-    # copy, not the demo's 0.5 s, which each of the drain's 37 batches waited
+    # the demo cluster at the tests' pace: a moved replica joins the ISR one 0.1 s tick after its copy, not the
+    # demo's 0.5 s, which each of the drain's 37 batches waited (apply: 21.7 s then, 0.2 s: 10.7 s)
     sandbox = Sandbox.up(base / "sandbox", preset="demo", zk=zk_server.connect_string, chroot="/airflow_dags",
-                         catch_up_delay=0.2)
+                         catch_up_delay=0.1)
     try:
         with af.airflow_env(base / "home", zk_connect=sandbox.connect_string, spark_master="local[2]") as e:
             yield {"sandbox": sandbox, "zk": sandbox.connect_string, "env": e, "base": base,

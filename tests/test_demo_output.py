@@ -16,10 +16,10 @@ LOG_LINE = re.compile(r"\[(debug|info|warning|error)\s*\]| (DEBUG|INFO|WARNING|E
 def test_make_demo_shows_its_summary_once_and_leaves_airflows_logs_in_the_log_file(tmp_path):
     root = tmp_path / "demo"
     # the apply at the tests' pace (what the terminal shows is the same): --throttle 1 GB/s, not the demo's
-    # 200 MB/s, copies its 2 GB in ~2 s, not ~10 s; --catch-up-delay 0.2 (apply_support.FAST), not the demo
-    # preset's 0.5, spares each of the 37 batches 0.3 s
+    # 200 MB/s, copies its 2 GB in ~2 s, not ~10 s; --catch-up-delay 0.1 (one tick of the emulated brokers),
+    # not the demo preset's 0.5, spares each of the 37 batches 0.4 s
     done = subprocess.run([sys.executable, "-m", "kplan_airflow.demo", "--dir", str(root), "--skip-risk",
-                           "--throttle", "1000000000", "--catch-up-delay", "0.2"],
+                           "--throttle", "1000000000", "--catch-up-delay", "0.1"],
                           capture_output=True, text=True, timeout=600)
     term = done.stdout + done.stderr
     (tmp_path / "terminal.txt").write_text(term)   # what a person would have read, kept for a failure
