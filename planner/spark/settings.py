@@ -34,6 +34,11 @@ CONF = {
     # bytecode interpreter (2x the CPU of the whole job). Spark's advice for HotSpot: above 8000 bytes, fall
     # back from whole-stage codegen to per-operator code, which the JIT compiles.
     "spark.sql.codegen.hugeMethodLimit": "8000",
+    # PySpark's DataFrame debugging records the Python call site of every function call in the JVM (py4j calls
+    # to set and clear it, and to read its depth setting, each time): some 6,000 of the 10,500 py4j calls that
+    # build the risk job's plan at 200k partitions. The job's errors are reported by planner code, not by
+    # Spark's query context.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 # Parallel GC: a batch job wants throughput, and G1's concurrent threads compete for the 2 cores.
 # C2 later than HotSpot's default (tier 4 at 15000 calls, not 5000): in a job of some 30 s the JIT compilers took
