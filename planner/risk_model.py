@@ -156,6 +156,8 @@ def to_spark(e: Expr, resolve: Callable[[str], Any] | None = None) -> Any:
     """
     from pyspark.sql import functions as F
 
+    from planner.spark.columns import sql_type
+
     resolve = resolve or F.col
     if isinstance(e, Col):
         return resolve(e.name)
@@ -183,11 +185,11 @@ def to_spark(e: Expr, resolve: Callable[[str], Any] | None = None) -> Any:
         case "ne":
             return a[0] != a[1]
         case "add":
-            return a[0].cast("long") + a[1].cast("long")
+            return a[0].cast(sql_type("long")) + a[1].cast(sql_type("long"))
         case "sub":
-            return a[0].cast("long") - a[1].cast("long")
+            return a[0].cast(sql_type("long")) - a[1].cast(sql_type("long"))
         case "mul":
-            return a[0].cast("long") * a[1].cast("long")
+            return a[0].cast(sql_type("long")) * a[1].cast(sql_type("long"))
         case "least":
             return F.least(a[0], a[1])
         case "where":

@@ -9,11 +9,14 @@ function (the rolling fold), binding each stage's values once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 Stage = Callable[[Callable[[str], Any]], dict[str, Any]]
 # What one step of a rule set gives a row besides its new leader and ISR (new_leader, new_isr, new_has_state,
@@ -21,9 +24,66 @@ Stage = Callable[[Callable[[str], Any]], dict[str, Any]]
 STEP_OUT = ["leader_changes", "shutdown_blocked_by", "clean_return", "order_dependent", "isr_alternatives"]
 
 
+_SIMPLE = {"int": T.IntegerType(), "long": T.LongType(), "byte": T.ByteType(), "short": T.ShortType(),
+           "boolean": T.BooleanType(), "string": T.StringType()}
+
+
+@cache
+def sql_type(ddl: str) -> T.DataType:
+    """A Spark type from its DDL name ("int", "array<int>", "array<struct<sid:int, isr:array<int>>>"), parsed here.
+    `Column.cast("array<int>")` and a DDL schema string have the JVM parse the name with Spark's SQL parser, and
+    nothing else in the risk job uses that parser: its first use (ANTLR loading and initializing the grammar,
+    then JIT-compiling it) cost some 0.3 s of the driver's time and about 0.8 s of JIT CPU (issue 22). A type
+    object is handed to the JVM as JSON instead."""
+    tokens = re.findall(r"[A-Za-z_][A-Za-z0-9_]*|[<>:,]", ddl)
+    pos = 0
+
+    def take(expected: str | None = None) -> str:
+        nonlocal pos
+        if pos >= len(tokens) or (expected is not None and tokens[pos] != expected):
+            raise ValueError(f"bad type {ddl!r}")
+        pos += 1
+        return tokens[pos - 1]
+
+    def parse() -> T.DataType:
+        name = take().lower()
+        if name == "array":
+            take("<")
+            inner = parse()
+            take(">")
+            return T.ArrayType(inner)
+        if name == "struct":
+            take("<")
+            fields = []
+            while True:
+                field = take()
+                take(":")
+                fields.append(T.StructField(field, parse()))
+                if take() == ">":
+                    return T.StructType(fields)
+        if name not in _SIMPLE:
+            raise ValueError(f"bad type {ddl!r}: {name}")
+        return _SIMPLE[name]
+
+    out = parse()
+    if pos != len(tokens):
+        raise ValueError(f"bad type {ddl!r}")
+    return out
+
+
+def cast(col: Any, ddl: str) -> Any:
+    """col cast to the type named in DDL (sql_type)."""
+    return col.cast(sql_type(ddl))
+
+
+def no_ints() -> Any:
+    """An empty array<int> (built when used: a Column needs the active SparkContext)."""
+    return F.array().cast(sql_type("array<int>"))
+
+
 def ints(values: list[int] | tuple[int, ...]) -> Any:
     """A literal array<int> column."""
-    return F.array(*[F.lit(int(v)) for v in values]).cast("array<int>")
+    return cast(F.array(*[F.lit(int(v)) for v in values]), "array<int>")
 
 
 def frame(spark: Any, columns: dict[str, tuple[pa.DataType, list]]) -> Any:

@@ -56,7 +56,7 @@ from planner.requests import RiskRequest
 from planner.runfolder import step_output
 from planner.spark import kraft_election, zk_election
 from planner.spark.aggregate import aggregates, baseline_sums, finish, listed_scenarios, worst_partitions
-from planner.spark.columns import STEP_OUT, apply_flat, frame, ints
+from planner.spark.columns import STEP_OUT, apply_flat, frame, ints, sql_type
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def _kraft_columns(spark: Any, prepared: risk_lib.Prepared, parts: Any) -> Any:
                     strict=True))
     elr_min = frame(spark, {"topic": (pa.string(), list(rf0)),
                             "elr_min": (pa.int32(), [min(int(mins.get(n) or 1), r) for n, r in rf0.items()])})
-    no = F.array().cast("array<int>")
+    no = F.array().cast(sql_type("array<int>"))
     have = set(parts.columns)
     return (parts.join(F.broadcast(elr_min), "topic", "left")
             .withColumns({"elr": F.coalesce(F.col("elr"), no) if "elr" in have else no,
@@ -117,8 +117,8 @@ def load_partitions(spark: Any, prepared: risk_lib.Prepared) -> Any:
     else:
         f = info.path / "partitions.parquet"
         # with the schema given, Spark runs no job to read the files' footers for it
-        ddl = spark_ddl(pq.read_schema(f), [*cols, "state_error"])
-        parts = (spark.read.schema(ddl) if ddl else spark.read).parquet(str(f))
+        schema = spark_schema(pq.read_schema(f), [*cols, "state_error"])
+        parts = (spark.read.schema(schema) if schema else spark.read).parquet(str(f))
         if prepared.unknown:
             parts = parts.where(F.col("state_error").isNull())
         parts = parts.select(*cols)
@@ -130,14 +130,14 @@ def load_partitions(spark: Any, prepared: risk_lib.Prepared) -> Any:
     topics = spark.createDataFrame(info.topics.select(["topic", "min_insync_replicas", "unclean_leader_election"]))
     parts = (parts.join(F.broadcast(topics), "topic", "left")
              .select(*cols,
-                     F.coalesce("min_insync_replicas", F.lit(1)).cast("int").alias("min_isr"),
+                     F.coalesce("min_insync_replicas", F.lit(1)).cast(sql_type("int")).alias("min_isr"),
                      F.coalesce("unclean_leader_election", F.lit(False)).alias("unclean"))
              .withColumn("state", F.lit("current")))
     extra: list[Any] = []
     if prepared.kraft is not None:
         parts = _kraft_columns(spark, prepared, parts).drop(*[c for c in ("last_known_elr",) if c in cols])
         # a completed reassignment leaves a full ISR: no ELR, no last known ELR (replay_kraft.with_plan)
-        no = F.array().cast("array<int>")
+        no = F.array().cast(sql_type("array<int>"))
         extra = [F.when(F.col("target").isNotNull(), no).otherwise(F.col(c)).alias(c) for c in ("elr", "lke")]
         extra += ["elr_on", "elr_min"]
     if prepared.plan_entries is not None:
@@ -156,20 +156,21 @@ def load_partitions(spark: Any, prepared: risk_lib.Prepared) -> Any:
     return parts.withColumn("rf", F.size("replicas"))
 
 
-_SQL_TYPES = {pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INT", pa.int64(): "BIGINT",
-              pa.bool_(): "BOOLEAN", pa.string(): "STRING", pa.large_string(): "STRING"}
+_SQL_TYPES = {pa.int8(): "byte", pa.int16(): "short", pa.int32(): "int", pa.int64(): "long",
+              pa.bool_(): "boolean", pa.string(): "string", pa.large_string(): "string"}
 
 
-def spark_ddl(schema: pa.Schema, names: list[str]) -> str | None:
-    """The Spark SQL schema (DDL) of the named columns of a Parquet file's Arrow schema, the columns it does not
-    have left out; None for a type not mapped here (then Spark reads the schema from the files)."""
+def spark_schema(schema: pa.Schema, names: list[str]) -> Any:
+    """The Spark schema (a StructType) of the named columns of a Parquet file's Arrow schema, the columns it does
+    not have left out; None for a type not mapped here (then Spark reads the schema from the files). A type
+    object, not DDL text: see columns.sql_type."""
 
     def sql(t: pa.DataType) -> str | None:
         if pa.types.is_dictionary(t):
             t = t.value_type
         if pa.types.is_list(t) or pa.types.is_large_list(t):
             inner = sql(t.value_type)
-            return f"ARRAY<{inner}>" if inner else None
+            return f"array<{inner}>" if inner else None
         return _SQL_TYPES.get(t)
 
     fields = []
@@ -178,8 +179,8 @@ def spark_ddl(schema: pa.Schema, names: list[str]) -> str | None:
             t = sql(schema.field(name).type)
             if t is None:
                 return None
-            fields.append(f"`{name}` {t}")
-    return ", ".join(fields)
+            fields.append(f"{name}:{t}")
+    return sql_type(f"struct<{', '.join(fields)}>")
 
 
 _INTS = pa.list_(pa.int32())
@@ -257,7 +258,10 @@ def scenario_frames(spark: Any, scenarios: list[rm.Scenario], dead: list[int],
         ["sequence", "state", "mode", "s", "steps", "broker"],
         [(t, [r[i] for r in roll]) for i, t in enumerate([pa.int32(), pa.string(), pa.string(), _INTS,
                                                           pa.list_(_STEP), pa.int32()])], strict=True)))
-    roll_df = roll_df.withColumn("steps", F.transform("steps", lambda x: x.withField("ev", visit_order(x["ev"]))))
+    # the struct rebuilt rather than Column.withField, whose field name the JVM parses with Spark's SQL parser
+    # (columns.sql_type says why the job avoids it)
+    roll_df = roll_df.withColumn("steps", F.transform("steps", lambda x: F.struct(
+        *[(visit_order(x[f.name]) if f.name == "ev" else x[f.name]).alias(f.name) for f in _STEP])))
     return one_df, roll_df
 
 
@@ -295,7 +299,7 @@ def one_shot_rows(parts: Any, one_df: Any, width: int, rule_set: ModuleType, dea
     row carries); `restart`: some scenario is a restart step (only then can a row be demoted first). The last
     stage and the outcomes are one projection (`with_outcomes`' `exprs`)."""
     j = _affected(parts, one_df, width)
-    j = rule_set.demote(j) if restart else j.withColumn("demoted_from", F.lit(None).cast("int"))
+    j = rule_set.demote(j) if restart else j.withColumn("demoted_from", F.lit(None).cast(sql_type("int")))
     # one row per mode: a controlled shutdown changes the state the election stages start from
     j = j.select("*", F.explode("modes").alias("_m")).withColumns(
         {"scenario_id": F.col("_m.sid"), "controlled": F.col("_m.mode") == "controlled",
@@ -304,7 +308,7 @@ def one_shot_rows(parts: Any, one_df: Any, width: int, rule_set: ModuleType, dea
     consts = {"dead": ints(dead), **({} if dead else {"down": F.col("s")})}
     *first, last = getattr(rule_set, "FLAT_STAGES", rule_set.STEP_STAGES)
     j = apply_flat(j, first, drop=False, consts=consts)
-    exprs = {**last(lambda n: consts[n] if n in consts else F.col(n)), "returned_leader": F.lit(None).cast("int")}
+    exprs = {**last(lambda n: consts[n] if n in consts else F.col(n)), "returned_leader": F.lit(None).cast(sql_type("int"))}
     if rule_set is kraft_election:
         exprs["last_known_elr"] = F.col("lke")
         return with_outcomes(j, kafka_version, KRAFT_ROW, exprs)
@@ -320,7 +324,7 @@ def rolling_rows(parts: Any, roll_df: Any, dead: list[int], width: int, rule_set
     return folded.select(F.col("o.sid").alias("scenario_id"), "topic", "partition", "replicas", "rf", "min_isr",
                          "unclean", "o.leader", "o.isr", "o.new_leader", "o.new_isr", "o.unclean_taken",
                          "o.live_replica_exists", "o.returned_leader", "controlled", "o.leader_gone",
-                         *[f"o.{k}" for k in STEP_OUT], F.lit(None).cast("int").alias("demoted_from"),
+                         *[f"o.{k}" for k in STEP_OUT], F.lit(None).cast(sql_type("int")).alias("demoted_from"),
                          *extra).select(*_ROW, *[c.removeprefix("o.") for c in extra])
 
 
@@ -341,10 +345,10 @@ def with_outcomes(rows: Any, kafka_version: str, extra: list[str] | None = None,
     def resolve(name: str) -> Any:
         return facts[name] if name in facts else col(name)
 
-    facts["eff_min_isr"] = rm.to_spark(rm.effective_min_isr(kafka_version), resolve).cast("int")
+    facts["eff_min_isr"] = rm.to_spark(rm.effective_min_isr(kafka_version), resolve).cast(sql_type("int"))
     for k, e in rm.OUTCOMES.items():
         facts[k] = rm.to_spark(e, resolve)
-    facts["severity"] = rm.to_spark(rm.SEVERITY, resolve).cast("byte")
+    facts["severity"] = rm.to_spark(rm.SEVERITY, resolve).cast(sql_type("byte"))
     return rows.select(*[resolve(c).alias(c) for c in [*rm.ROW_COLUMNS, *(extra or [])]])
 
 

@@ -20,13 +20,13 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.sql import functions as F
 
-from planner.spark.columns import STEP_OUT, Stage, apply_let, let
+from planner.spark.columns import STEP_OUT, Stage, apply_let, let, sql_type
 from planner.spark.zk_election import demote  # noqa: F401 (the same demotion: replay_kraft.demote)
 
 
 def _no() -> Any:
     """An empty array<int> (built when used: a Column needs the active SparkContext)."""
-    return F.array().cast("array<int>")
+    return F.array().cast(sql_type("array<int>"))
 
 
 def _has(arr: Any, x: Any) -> Any:
@@ -35,7 +35,7 @@ def _has(arr: Any, x: Any) -> Any:
 
 def _cap(n: Any) -> Any:
     """The smallest power of two >= 16 holding n entries at HashMap's .75 load (n <= 192)."""
-    return (F.when(n <= 12, 16).when(n <= 24, 32).when(n <= 48, 64).when(n <= 96, 128).otherwise(256)).cast("long")
+    return (F.when(n <= 12, 16).when(n <= 24, 32).when(n <= 48, 64).when(n <= 96, 128).otherwise(256)).cast(sql_type("long"))
 
 
 def _hashset_order(cand: Any, initial: Any) -> Any:
@@ -43,10 +43,10 @@ def _hashset_order(cand: Any, initial: Any) -> Any:
     ISR added iterates it: by bucket (h ^ h >>> 16) & (capacity - 1), then insertion order. HashSet(Collection)
     starts at max(n / .75 + 1, 16) rounded up to a power of two (n = `initial`), doubled past .75 full."""
     cap0 = (F.when(initial <= 11, 16).when(initial <= 23, 32).when(initial <= 47, 64).when(initial <= 95, 128)
-            .otherwise(256)).cast("long")
+            .otherwise(256)).cast(sql_type("long"))
     cap = F.greatest(cap0, _cap(F.size(cand)))
     keyed = F.transform(cand, lambda x, i: F.struct(
-        F.shiftright(x.cast("long"), 16).bitwiseXOR(x.cast("long")).bitwiseAND(cap - 1).alias("b"),
+        F.shiftright(x.cast(sql_type("long")), 16).bitwiseXOR(x.cast(sql_type("long"))).bitwiseAND(cap - 1).alias("b"),
         i.alias("i"), x.alias("x")))
     return F.transform(F.array_sort(keyed), lambda e: e["x"])
 
@@ -76,7 +76,7 @@ def _build(acc: Any, tisr: Any, ok: Callable[[Any], Any], elr_on: Any, unclean: 
         pick = F.get(F.filter(replicas, ok), 0)
         unclean_ok = unclean & pick.isNotNull()
         node = (F.when(cur_ok, lead).when(first.isNotNull(), first).when(lkl_ok, lkl).when(unclean_ok, pick)
-                .otherwise(F.lit(-1))).cast("int")
+                .otherwise(F.lit(-1))).cast(sql_type("int"))
         was_unclean = ~cur_ok & first.isNull() & (lkl_ok | unclean_ok)
 
         def result(node: Any) -> Any:
@@ -150,14 +150,14 @@ def _stage_result(g: Callable[[str], Any]) -> dict[str, Any]:
     order_dependent = ~g("controlled") & below & (F.size(hit) >= 2) & (F.size(others) > 0)
     alternatives = F.when(order_dependent, others).otherwise(_no())
     return {
-        "new_leader": o["leader"].cast("int"),
+        "new_leader": o["leader"].cast(sql_type("int")),
         "new_isr": o["isr"],
         "new_elr": o["elr"],
         "new_last_known_elr": o["lke"],
         "new_has_state": g("has_state"),
         "unclean_taken": o["unclean"],
         "live_replica_exists": F.exists(g("replicas"), lambda r: ~_has(g("dead"), r) & ~_has(g("s"), r)),
-        "leader_changes": o["moves"].cast("int"),
+        "leader_changes": o["moves"].cast(sql_type("int")),
         "shutdown_blocked_by": F.lit(-1),
         "clean_return": F.when(leaderless, F.array_distinct(F.concat(o["isr"], o["elr"], alternatives)))
         .otherwise(_no()),
@@ -258,7 +258,7 @@ def rolling_fold() -> Any:
         return F.when(F.arrays_overlap(F.col("replicas"), st["s"]), stepped).otherwise(acc)
 
     start = F.struct(F.col("leader").alias("leader"), F.col("isr").alias("isr"), F.col("elr").alias("elr"),
-                     F.col("lke").alias("lke"), F.array().cast(_OUT_TYPE).alias("out"))
+                     F.col("lke").alias("lke"), F.array().cast(sql_type(_OUT_TYPE)).alias("out"))
     _FOLD_CACHE.clear()
     _FOLD_CACHE[key] = F.aggregate("steps", start, merge)["out"]
     return _FOLD_CACHE[key]

@@ -18,7 +18,7 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.sql import functions as F
 
-from planner.spark.columns import STEP_OUT, Stage, apply_let, let, merged, minus
+from planner.spark.columns import STEP_OUT, Stage, apply_let, let, merged, minus, sql_type
 
 # The rules of planner.replay as stages of named columns; a stage reads inputs and earlier stages through
 # `g(name)`. Inputs: replicas, isr, leader, has_state, unclean, rf (the partition), s (brokers going away, in
@@ -39,11 +39,11 @@ def _stage_requests(g: Callable[[str], Any]) -> dict[str, Any]:
     brokers, and racks holding one replica of the partition: nearly every row) is plain array expressions;
     only several requests on one partition fold with `aggregate` (higher-order functions run interpreted)."""
     acting = g("has_state") & (g("rf") > 1)
-    start = F.struct(g("leader").alias("leader"), g("isr").alias("isr"), F.array().cast("array<int>").alias("asked"),
+    start = F.struct(g("leader").alias("leader"), g("isr").alias("isr"), F.array().cast(sql_type("array<int>")).alias("asked"),
                      F.lit(0).alias("moves"), F.lit(-1).alias("blocked"))
     # in the order of s; a dead broker sends no request. `solo` rows (nearly all) hold one broker of s: the
     # joined `broker`
-    no_one = F.array().cast("array<int>")
+    no_one = F.array().cast(sql_type("array<int>"))
     mine = F.when(g("solo"), F.when(F.array_contains(g("dead"), g("broker")), no_one).otherwise(F.array(g("broker")))
                   ).otherwise(F.array_except(F.array_intersect(g("s"), g("replicas")), g("dead")))
 
@@ -81,7 +81,7 @@ def _stage_who(g: Callable[[str], Any]) -> dict[str, Any]:
     led_gone = F.array_contains(g("s"), leader)
     elect = g("has_state") & (led_gone | (leader < 0))  # hard failure re-elects these (offline rule)
     # the ISR's members dying in the event, in the order Kafka visits them (a `solo` row: at most `broker`)
-    no_one = F.array().cast("array<int>")
+    no_one = F.array().cast(sql_type("array<int>"))
     mine = F.array_contains(g("ev"), g("broker")) & F.array_contains(isr, g("broker"))
     evm = F.when(g("solo"), F.when(mine, F.array(g("broker"))).otherwise(no_one)).otherwise(F.array_intersect(g("ev"), isr))
     kept = F.when(F.size(evm) == 0, isr).when(g("solo"), F.array_remove(isr, g("broker"))).otherwise(F.array_except(isr, evm))
@@ -124,13 +124,13 @@ def _stage_result(g: Callable[[str], Any]) -> dict[str, Any]:
     removed = F.when(emptied, F.array(last)).otherwise(kept)
     new_leader = (F.when(new, F.coalesce(g("_first_live"), F.lit(-1)))
                   .when(g("_by_clean"), clean).when(g("_by_unclean"), g("_first_live"))
-                  .when(g("_elect"), F.lit(-1)).otherwise(cleader)).cast("int")
+                  .when(g("_elect"), F.lit(-1)).otherwise(cleader)).cast(sql_type("int"))
     has_state = g("has_state") | g("_first_live").isNotNull()
     leaderless = has_state & (new_leader < 0)
     # several of the event's brokers were the ISR's last members: had their deaths been noticed in separate
     # events, the one noticed last would stay instead
     order_dependent = leaderless & emptied & (F.size(g("_evm")) >= 2)
-    no_one = F.array().cast("array<int>")
+    no_one = F.array().cast(sql_type("array<int>"))
     alternatives = F.when(order_dependent, F.array_remove(F.array_intersect(cisr, g("_evm")), last)).otherwise(no_one)
     new_isr = (F.when(new, live_reps).when(g("_by_clean"), live_isr)
                .when(g("_by_unclean"), F.array(g("_first_live"))).otherwise(removed))
@@ -142,8 +142,8 @@ def _stage_result(g: Callable[[str], Any]) -> dict[str, Any]:
         # only read for offline partitions (would-need-unclean), which always went through `_needs`
         "live_replica_exists": F.when(g("_needs"), g("_first_live").isNotNull()).otherwise(F.lit(True)),
         "leader_changes": (g("_req")["moves"] + F.when(g("has_state") & (new_leader >= 0) & (new_leader != cleader), 1)
-                           .otherwise(0)).cast("int"),
-        "shutdown_blocked_by": g("_req")["blocked"].cast("int"),
+                           .otherwise(0)).cast(sql_type("int")),
+        "shutdown_blocked_by": g("_req")["blocked"].cast(sql_type("int")),
         # leaderless: the ISR's (dead) members, then the others it may keep instead
         "clean_return": F.when(leaderless, F.concat(new_isr, alternatives)).otherwise(no_one),
         "order_dependent": order_dependent,
@@ -165,7 +165,7 @@ _HASH_MASK = 0xFFFFFFFF
 def _improve(k: Any) -> Any:
     """scala.collection.Hashing.improve of an Int key (a bigint column holding it; 32-bit arithmetic kept
     in the low bits of a bigint, so ANSI mode sees no overflow)."""
-    m = F.lit(_HASH_MASK).cast("long")
+    m = F.lit(_HASH_MASK).cast(sql_type("long"))
     h = (k + F.bitwise_not(F.shiftleft(k, 9)).bitwiseAND(m)).bitwiseAND(m)
     h = h.bitwiseXOR(F.shiftright(h, 14))
     h = (h + F.shiftleft(h, 4).bitwiseAND(m)).bitwiseAND(m)
@@ -179,10 +179,10 @@ def visit_order(keys: Any) -> Any:
     first: its level is the deepest one at which another key still shares all lower chunks; its sort key
     holds, for each level down to its own, (0 at its own level else 1, the chunk) in 6 bits. Evaluated on the
     scenario rows (a few hundred), never per partition."""
-    hashed = F.transform(keys, lambda k: F.struct(k.alias("k"), _improve(k.cast("long")).alias("h")))
+    hashed = F.transform(keys, lambda k: F.struct(k.alias("k"), _improve(k.cast(sql_type("long"))).alias("h")))
 
     def shared(x: Any) -> Any:   # how many of the lowest 5-bit chunks of two hashes are equal (x = h1 ^ h2)
-        return sum(F.when(x.bitwiseAND(F.lit((1 << (5 * (lv + 1))) - 1).cast("long")) == 0, 1).otherwise(0)
+        return sum(F.when(x.bitwiseAND(F.lit((1 << (5 * (lv + 1))) - 1).cast(sql_type("long"))) == 0, 1).otherwise(0)
                    for lv in range(6))
 
     def keyed(x: Any) -> Any:
@@ -190,7 +190,7 @@ def visit_order(keys: Any) -> Any:
             acc, F.when(y["k"] == x["k"], 0).otherwise(shared(x["h"].bitwiseXOR(y["h"])))))
 
         def key(d: Any) -> Any:
-            parts = [F.when(F.lit(lv) <= d, F.shiftleft(F.when(d == lv, 0).otherwise(32).cast("long")
+            parts = [F.when(F.lit(lv) <= d, F.shiftleft(F.when(d == lv, 0).otherwise(32).cast(sql_type("long"))
                                                         + F.shiftright(x["h"], 5 * lv).bitwiseAND(31), 6 * (6 - lv)))
                      .otherwise(0) for lv in range(7)]
             return F.struct(sum(parts).alias("key"), x["k"].alias("k"))
@@ -215,7 +215,7 @@ def demote(j: Any) -> Any:
     ordered = F.concat(F.array(cand), F.filter("replicas", lambda x: (x != cand) & (x != b)), F.array(b))
     return j.withColumns({"replicas": F.when(reorder, ordered).otherwise(F.col("replicas")),
                           "leader": F.when(moved, cand).otherwise(F.col("leader")),
-                          "demoted_from": F.when(moved, F.col("leader")).cast("int")})
+                          "demoted_from": F.when(moved, F.col("leader")).cast(sql_type("int"))})
 
 
 
@@ -236,17 +236,17 @@ def rolling_fold() -> Any:
     if key in _FOLD_CACHE:
         return _FOLD_CACHE[key]
     const = {n: F.col(n) for n in ("replicas", "unclean", "rf")}
-    no_one = F.array().cast("array<int>")
+    no_one = F.array().cast(sql_type("array<int>"))
 
     def merge(acc: Any, st: Any) -> Any:
         env = {**const, "isr": acc["isr"], "leader": acc["leader"], "has_state": acc["has_state"],
                "s": st["s"], "down": st["down"], "dead": F.col("dead"), "ev": st["ev"],
-               "controlled": F.col("controlled"), "solo": F.lit(False), "broker": F.lit(None).cast("int")}
+               "controlled": F.col("controlled"), "solo": F.lit(False), "broker": F.lit(None).cast(sql_type("int"))}
 
         def after_step(e: dict[str, Any]) -> Any:
             back = {**const, "isr": e["new_isr"], "leader": e["new_leader"], "has_state": e["new_has_state"],
                     "s": no_one, "down": F.col("dead"), "dead": F.col("dead"), "ev": no_one,
-                    "controlled": F.lit(False), "solo": F.lit(False), "broker": F.lit(None).cast("int")}
+                    "controlled": F.lit(False), "solo": F.lit(False), "broker": F.lit(None).cast(sql_type("int"))}
 
             def after_return(r: dict[str, Any]) -> Any:
                 # planner.replay.return_brokers: elect offline/new partitions, then the returning ISR
@@ -271,7 +271,7 @@ def rolling_fold() -> Any:
         return F.when(F.arrays_overlap(F.col("replicas"), st["s"]), stepped).otherwise(acc)
 
     start = F.struct(F.col("leader").alias("leader"), F.col("isr").alias("isr"), F.col("has_state").alias("has_state"),
-                     F.array().cast(_OUT_TYPE).alias("out"))
+                     F.array().cast(sql_type(_OUT_TYPE)).alias("out"))
     _FOLD_CACHE.clear()
     _FOLD_CACHE[key] = F.aggregate("steps", start, merge)["out"]
     return _FOLD_CACHE[key]
