@@ -216,8 +216,9 @@ def hosting(prepared: risk_lib.Prepared) -> dict[str, set[int]]:
 
 def scenario_frames(spark: Any, scenarios: list[rm.Scenario], dead: list[int],
                     holders: dict[str, set[int]] | None = None,
-                    visit_order: Callable[[Any], Any] = zk_election.visit_order) -> tuple[Any, Any]:
-    """(one-shot broker-set x broker rows, rolling sequence x broker rows) as small DataFrames.
+                    visit_order: Callable[[Any], Any] = zk_election.visit_order) -> tuple[Any, Any | None]:
+    """(one-shot broker-set x broker rows, rolling sequence x broker rows) as small DataFrames; the second None
+    without rolling scenarios.
 
     One-shot scenarios with the same brokers and state (the modes of one drain) form one group: a
     partition is joined and its election candidates computed once per group, then split per mode. A
@@ -246,6 +247,8 @@ def scenario_frames(spark: Any, scenarios: list[rm.Scenario], dead: list[int],
     for s in scenarios:
         if s.kind == "rolling":
             seqs.setdefault(s.sequence, []).append(s)
+    if not seqs:   # no rolling sequence (a sweep): no frame, and no plan to build for one
+        return one_df, None
     roll = []
     for steps in seqs.values():
         steps.sort(key=lambda x: x.step)
@@ -369,7 +372,7 @@ def evaluate(spark: Any, prepared: risk_lib.Prepared, parts: Any | None = None) 
     width = list_width(prepared)
     rows = one_shot_rows(parts, one_df, width, rule_set, dead, any(s.kind == "restart" for s in prepared.scenarios),
                          prepared.kafka_version)
-    if any(s.kind == "rolling" for s in prepared.scenarios):
+    if roll_df is not None:   # some rolling scenario
         rolled = rolling_rows(parts, roll_df, dead, width, rule_set)
         rows = rows.unionByName(with_outcomes(rolled, prepared.kafka_version,
                                               KRAFT_ROW if rule_set is kraft_election else None))
