@@ -242,7 +242,8 @@ def scenario_frames(spark: Any, scenarios: list[rm.Scenario], dead: list[int],
                                                           pa.bool_(), _INTS])],
         strict=True)))
     # the order once per group, then a row per broker of the group (the join key)
-    one_df = one_df.withColumn("ev", visit_order(F.col("ev"))).select("*", F.explode("s").alias("broker"))
+    one_df = (one_df.withColumn("ev", visit_order(F.col("ev"))).select("*", F.explode("s").alias("broker"))
+              .withColumn("in_ev", F.array_contains("ev", F.col("broker"))))
     seqs: dict[int, list[rm.Scenario]] = {}
     for s in scenarios:
         if s.kind == "rolling":
@@ -271,7 +272,7 @@ def scenario_frames(spark: Any, scenarios: list[rm.Scenario], dead: list[int],
 def _affected(parts: Any, table: Any, width: int) -> Any:
     """Partitions with a replica on the scenario's brokers, once each: explode the replicas, broadcast-join
     the scenario brokers, keep the row of the first replica (assignment order) that is in the scenario.
-    `solo`: `broker` is the only one of the partition's brokers (replicas and ISR) that the scenario takes
+    `solo`: `broker` is the only one of the partition's brokers (replicas, ISR and leader) that the scenario takes
     away, as for every partition of a single broker's scenario and, with replicas placed on distinct racks,
     of a rack's; the election stages then remove that one broker instead of intersecting arrays. `width`:
     the longest replica or ISR list. Written as scans of `s` per list position, so no row builds a hash set."""
@@ -285,7 +286,7 @@ def _affected(parts: Any, table: Any, width: int) -> Any:
         return reduce(lambda a, b: a & b, conds, F.lit(True))
 
     first = all_of([(F.col("_pos") <= i) | ~taken(F.get("replicas", i)) for i in range(width - 1)])
-    others = [F.get(arr, i) for arr in ("replicas", "isr") for i in range(width)]
+    others = [F.get(arr, i) for arr in ("replicas", "isr") for i in range(width)] + [F.col("leader")]
     solo = all_of([F.coalesce(v == F.col("broker"), F.lit(True)) | ~taken(v) for v in others])
     return j.where(first).withColumn("solo", solo).drop("_pos")
 
@@ -303,10 +304,13 @@ def one_shot_rows(parts: Any, one_df: Any, width: int, rule_set: ModuleType, dea
     stage and the outcomes are one projection (`with_outcomes`' `exprs`)."""
     j = _affected(parts, one_df, width)
     j = rule_set.demote(j) if restart else j.withColumn("demoted_from", F.lit(None).cast(sql_type("int")))
+    if getattr(rule_set, "SOLO_DROPS_S", False):   # not read on solo rows: not copied with them either
+        j = j.withColumns({c: F.when(~F.col("solo"), F.col(c)) for c in ("s", "ev")})
     # one row per mode: a controlled shutdown changes the state the election stages start from
     j = j.select("*", F.explode("modes").alias("_m")).withColumns(
         {"scenario_id": F.col("_m.sid"), "controlled": F.col("_m.mode") == "controlled",
-         "leader_gone": F.array_contains("s", F.col("leader"))})
+         "leader_gone": F.when(F.col("solo"), F.col("leader") == F.col("broker"))
+         .otherwise(F.array_contains("s", F.col("leader")))})
     # with no broker dead before the scenarios, the brokers down are the scenario's own (down = s)
     consts = {"dead": ints(dead), **({} if dead else {"down": F.col("s")})}
     *first, last = getattr(rule_set, "FLAT_STAGES", rule_set.STEP_STAGES)

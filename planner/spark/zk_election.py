@@ -78,11 +78,12 @@ def _stage_requests(g: Callable[[str], Any]) -> dict[str, Any]:
 
 def _stage_who(g: Callable[[str], Any]) -> dict[str, Any]:
     leader, isr = g("_req")["leader"], g("_req")["isr"]
-    led_gone = F.array_contains(g("s"), leader)
+    # a `solo` row's only broker in s is `broker` (its leader included): s is not read there (the job nulls it)
+    led_gone = F.when(g("solo"), leader == g("broker")).otherwise(F.array_contains(g("s"), leader))
     elect = g("has_state") & (led_gone | (leader < 0))  # hard failure re-elects these (offline rule)
     # the ISR's members dying in the event, in the order Kafka visits them (a `solo` row: at most `broker`)
     no_one = F.array().cast(sql_type("array<int>"))
-    mine = F.array_contains(g("ev"), g("broker")) & F.array_contains(isr, g("broker"))
+    mine = g("in_ev") & F.array_contains(isr, g("broker"))   # in_ev: broker in ev (the scenario table's)
     evm = F.when(g("solo"), F.when(mine, F.array(g("broker"))).otherwise(no_one)).otherwise(F.array_intersect(g("ev"), isr))
     kept = F.when(F.size(evm) == 0, isr).when(g("solo"), F.array_remove(isr, g("broker"))).otherwise(F.array_except(isr, evm))
     return {"_cleader": leader, "_cisr": isr, "_elect": elect, "_needs": elect | ~g("has_state"), "_evm": evm,
@@ -150,6 +151,10 @@ def _stage_result(g: Callable[[str], Any]) -> dict[str, Any]:
         "isr_alternatives": alternatives,
     }
 
+
+# The stages never read s or ev on a `solo` row (they use `broker` and `in_ev`), so the job nulls both there: a
+# rack's scenario rows carry the rack's brokers twice (25-50 ids each), copied into every row at each projection.
+SOLO_DROPS_S = True
 
 STEP_STAGES: list[Stage] = [_stage_requests, _stage_who, _stage_candidates, _stage_choice, _stage_result]
 # The same stages as three projections for the one-shot rows (planner.spark.job): each projection of its own
@@ -241,12 +246,14 @@ def rolling_fold() -> Any:
     def merge(acc: Any, st: Any) -> Any:
         env = {**const, "isr": acc["isr"], "leader": acc["leader"], "has_state": acc["has_state"],
                "s": st["s"], "down": st["down"], "dead": F.col("dead"), "ev": st["ev"],
-               "controlled": F.col("controlled"), "solo": F.lit(False), "broker": F.lit(None).cast(sql_type("int"))}
+               "controlled": F.col("controlled"), "solo": F.lit(False), "broker": F.lit(None).cast(sql_type("int")),
+               "in_ev": F.lit(False)}
 
         def after_step(e: dict[str, Any]) -> Any:
             back = {**const, "isr": e["new_isr"], "leader": e["new_leader"], "has_state": e["new_has_state"],
                     "s": no_one, "down": F.col("dead"), "dead": F.col("dead"), "ev": no_one,
-                    "controlled": F.lit(False), "solo": F.lit(False), "broker": F.lit(None).cast(sql_type("int"))}
+                    "controlled": F.lit(False), "solo": F.lit(False), "broker": F.lit(None).cast(sql_type("int")),
+                    "in_ev": F.lit(False)}
 
             def after_return(r: dict[str, Any]) -> Any:
                 # planner.replay.return_brokers: elect offline/new partitions, then the returning ISR
