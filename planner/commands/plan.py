@@ -178,6 +178,9 @@ def _moves_line(doc: Mapping[str, Any]) -> str:
         why = f"{parts['leader_cap_deficiency']:,} partitions no leader within its topic's cap can serve today"
     elif basis == "exact":
         why = "the exact minimum (CP-SAT)"
+    elif basis == "LP relaxation of the whole goal":
+        why = ("the LP relaxation of the band, the rack rules, every topic's leader cap and leader spread <= 1 "
+               "together")
     elif basis == "count under the rack rules":
         why = "the fewest new replicas that reach the band when replicas may change only to racks their " \
               "partitions may use"

@@ -32,7 +32,10 @@ the band under the rack rules that also leaves every broker that room (partition
 `room`, exact for those rules) is a bound for the whole goal too; it is computed where the plain flow's
 placement leaves a broker short.
 
-The bound reported is the largest of these; `basis` names which one it is.
+The bound reported is the largest of these; `basis` names which one it is. Where a count rebalance within
+partition_flow.ARC_LIMIT ends above it, rebalance._goal_lp raises it to the LP relaxation of the whole goal
+(lp_bound.py: the band, the racks, a leader per partition within the caps and level leaders together) where
+that is larger: basis "LP relaxation of the whole goal", `goal_lp`.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class Bound:
     joint_extra: int = 0        # those extra moves
     transport: int = 0          # reach.transport_bound: the fewest new replicas the racks' rules allow
     leader_room: int = 0        # the same with every broker left room to lead its share (partition_flow, room)
+    goal_lp: int = 0            # lp_bound.goal_lp_bound where the plan computed it (0: not computed)
 
 
 def count_bound(counts: np.ndarray, low: int, high: int) -> tuple[int, int]:

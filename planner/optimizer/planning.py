@@ -400,6 +400,7 @@ def rebalance_bound_figures(info: RebalanceInfo, replica_moves: int) -> dict[str
                                           "rack_transport": bd.transport,
                                           "leader_cap_deficiency": bd.leader_caps,
                                           "joint_side": bd.joint_side, "leader_cap_extra_moves": bd.joint_extra,
-                                          "leader_room_transport": bd.leader_room}})
+                                          "leader_room_transport": bd.leader_room,
+                                          "goal_lp_relaxation": bd.goal_lp}})
     out["already_balanced"] = replica_moves == 0 and info.lower_bound_moves == 0
     return out
