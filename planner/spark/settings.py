@@ -41,12 +41,15 @@ CONF = {
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 # Parallel GC: a batch job wants throughput, and G1's concurrent threads compete for the 2 cores.
-# C2 later than HotSpot's default (tier 4 at 15000 calls, not 5000): in a job of some 30 s the JIT compilers took
-# as much CPU as the task threads (17 s each at 200k partitions, mostly Janino, Java serialization and class
-# loading warming up, read per thread from /proc); lukewarm methods now stay C1-compiled, while the per-row
-# loops still reach C2 (C1 alone made the tasks 2.4x slower).
-JAVA_OPTIONS = ("-XX:+UseParallelGC -XX:Tier4InvocationThreshold=15000 -XX:Tier4MinInvocationThreshold=2000 "
-                "-XX:Tier4CompileThreshold=30000")
+# C2 later than HotSpot's default (tier 4 at 45000 calls, not 5000; loops at 120000 back-edges, not 40000): in a
+# job of some 20 s the JIT compilers took as much CPU as the task threads, mostly on code the driver runs a few
+# thousand times (Janino, Java serialization, class loading, Catalyst's rules warming up, read per thread from
+# /proc); lukewarm methods now stay C1-compiled, while the per-row loops (millions of calls) still reach C2 (C1
+# alone made the tasks 2.4x slower). 15000 calls (session 7) took 3 s of JIT CPU off 5000 at 200k partitions;
+# 45000 another 1.6 s (3 runs each, side by side, issue 22 session 10: JIT 8.1 -> 6.6 s, tasks 8.2 -> 8.1 s);
+# 150000 took 0.8 s more off the JIT but put it back on the tasks (2 runs).
+JAVA_OPTIONS = ("-XX:+UseParallelGC -XX:Tier4InvocationThreshold=45000 -XX:Tier4MinInvocationThreshold=6000 "
+                "-XX:Tier4CompileThreshold=90000 -XX:Tier4BackEdgeThreshold=120000")
 LOG4J = """status = error
 rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
