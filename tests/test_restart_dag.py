@@ -91,6 +91,8 @@ class Person:
             while not self._stop.is_set():
                 for d in self.api.pending_approvals(DAG_ID):
                     ti = d["task_instance"]
+                    if ti.get("state") not in local.PARKED:   # answered before it parks, it is never resumed
+                        continue
                     option = self.decide(d)
                     self.asked.append((ti["task_id"], ti.get("map_index", -1), d["subject"], d.get("body"), option))
                     r = self.api.patch(f"/api/v2/dags/{DAG_ID}/dagRuns/{ti['dag_run_id']}/taskInstances/"

@@ -125,6 +125,9 @@ class ApiClient:
                           json={"chosen_options": [option], "params_input": {}})
 
 
+PARKED = ("awaiting_input", "deferred")   # the states PATCH hitlDetails resumes a task from
+
+
 @dataclass
 class Approver:
     """Answers the first approval of `dag_id` from a background thread (dag.test() runs in the main thread
@@ -158,7 +161,11 @@ class Approver:
         try:
             while not self._stop.is_set():
                 expired = time.monotonic() > end
-                pending = self.api.pending_approvals(self.dag_id)
+                # only a task parked for its answer: the API resumes a task that is awaiting_input (or
+                # deferred) when the answer comes; one answered while it is still running, before it parks,
+                # keeps the answer but is never resumed (Airflow 3.3's PATCH hitlDetails), and the run hangs
+                pending = [d for d in self.api.pending_approvals(self.dag_id)
+                           if (d.get("task_instance") or {}).get("state") in PARKED]
                 if pending:
                     d = pending[0]
                     ti = d.get("task_instance") or {}
