@@ -76,6 +76,7 @@ class Case:
     zk: bool = False                    # needs a cluster in ZooKeeper
     keep: bool = False                  # `out` exists before and must be left exactly as it was
     env: dict[str, str] = field(default_factory=dict)
+    main: Callable[[list[str]], int] | None = None   # another entry point than `kplan` (the demo's)
 
 
 def _state(leader, isr, epoch=0) -> bytes:
@@ -268,6 +269,14 @@ def _broker_down(c: Ctx) -> list[str]:
     plan = _restart_plan(c, "3")
     c.load({**SEED, "brokers": [*SEED["brokers"][:2], {"id": 3, "rack": "r3", "alive": False}]})
     return _roll(c, plan)
+
+
+def _demo(argv: list[str]) -> int:
+    """`make demo`'s entry point (python -m kplan_airflow.demo): a bad value must stop it before it takes down
+    and recreates its --dir or starts a sandbox."""
+    from kplan_airflow import demo
+
+    return demo.main(argv)
 
 
 def _kraft_unknown(c: Ctx) -> Path:
@@ -514,6 +523,23 @@ CASES = [
                                                            "--layout", "combined"], 2, "--layout needs --engine kraft"),
     Case("sandbox-migrate-without-sandbox", lambda c: ["sandbox", "migrate", "--dir", str(c.out), "--to", "hybrid"],
          2, "no sandbox in"),
+    # the sandbox's numbers: nan passes a `< 0` check and inf never ends a wait; both refused before anything starts
+    Case("sandbox-catch-up-delay-not-finite", lambda c: ["sandbox", "up", "--dir", str(c.out), "--catch-up-delay",
+                                                         "inf"],
+         2, "sandbox setting catch_up_delay must be a finite number, got inf"),
+    Case("sandbox-tick-nan", lambda c: ["sandbox", "up", "--dir", str(c.out), "--tick", "nan"],
+         2, "sandbox setting tick must be a finite number, got nan"),
+    Case("sandbox-up-timeout-negative", lambda c: ["sandbox", "up", "--dir", str(c.out), "--timeout", "-5"],
+         2, "--timeout must be a positive number of seconds, got -5"),
+    # `make demo`'s own flags (python -m kplan_airflow.demo), refused before it recreates --dir or starts a sandbox
+    Case("demo-catch-up-delay-negative", lambda c: ["--dir", str(c.out), "--catch-up-delay", "-0.5"],
+         2, "argument --catch-up-delay: must be a number of seconds, zero or more, got '-0.5'", main=_demo),
+    Case("demo-catch-up-delay-nan", lambda c: ["--dir", str(c.out), "--catch-up-delay", "nan"],
+         2, "argument --catch-up-delay: must be a number of seconds, zero or more, got 'nan'", main=_demo),
+    Case("demo-throttle-below-the-floor", lambda c: ["--dir", str(c.out), "--throttle", "1000"],
+         2, "argument --throttle: must be at least 102400 bytes/s (the apply's floor), got '1000'", main=_demo),
+    Case("demo-brokers-not-ids", lambda c: ["--dir", str(c.out), "--brokers", "1,x"],
+         2, "argument --brokers: must be comma-separated broker ids (non-negative integers), got '1,x'", main=_demo),
     # issue 24: KRaft clusters through --bootstrap-server. Nobody listening (the SASL password never shows)
     Case("snapshot-bootstrap-nobody-listening", lambda c: [
         "snapshot", "--bootstrap-server", f"127.0.0.1:{_free_port()}", "--out", str(c.out), "--kafka-timeout", "1",
@@ -602,7 +628,10 @@ def test_bad_input_gets_one_clear_line_and_writes_nothing(case, ctx, capsys, mon
     before = sorted(p.relative_to(ctx.tmp) for p in ctx.tmp.rglob("*"))
     zk_before = _zk_tree(ctx.client) if ctx.client is not None else None
     capsys.readouterr()
-    rc = cli.main(argv)
+    try:
+        rc = (case.main or cli.main)(argv)
+    except SystemExit as e:   # argparse refusing a value: its one `error:` line, exit 2
+        rc = e.code
     out, err = capsys.readouterr()
     assert rc == case.code, err
     assert case.message in err, err

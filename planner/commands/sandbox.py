@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,8 @@ def _up(args: argparse.Namespace) -> int:
         preset = args.preset
     if args.cluster is not None and args.brokers is not None:
         raise BadInput("give either --cluster or --brokers, not both")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise BadInput(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
     kafka: dict[str, Any] = {}
     if args.engine in ("kafka", "kraft"):
         kafka = dict(kafka_version=args.kafka_version, broker_heap_mb=args.broker_heap_mb,

@@ -3,6 +3,7 @@ them (retries, catch-up, rebalance) so scenarios run in seconds."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -52,6 +53,8 @@ class Timing:
                     value = float(value)
             except (TypeError, ValueError):
                 raise BadInput(f"sandbox setting {name} must be a number, got {value!r}") from None
+            if not isinstance(value, bool) and not math.isfinite(value):   # nan slips past `< 0`; inf never ends
+                raise BadInput(f"sandbox setting {name} must be a finite number, got {value}")
             if not isinstance(value, bool) and value < 0:
                 raise BadInput(f"sandbox setting {name} must not be negative, got {value}")
             values[name] = value

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -58,24 +59,58 @@ class _Signals:
         raise Interrupted(signum)
 
 
+def _seconds(text: str) -> float:
+    """--catch-up-delay: a finite number of seconds, zero or more (argparse's `type`: a bad value is refused with one
+    line and exit 2 before anything is started or written)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, zero or more, got {text!r}")
+    return value
+
+
+def _throttle(text: str) -> int:
+    """--throttle: bytes/s, an integer at least the floor every apply refuses to go below (planner MIN_THROTTLE),
+    refused here rather than by the DAG's apply task a minute into the run."""
+    from planner.api import MIN_THROTTLE
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of bytes/s, got {text!r}") from None
+    if value < MIN_THROTTLE:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_THROTTLE} bytes/s (the apply's floor), got {text!r}")
+    return value
+
+
+def _broker_list(text: str) -> list[int]:
+    """--brokers: comma-separated broker ids (non-negative integers), at least one."""
+    items = [b.strip() for b in text.split(",") if b.strip()]
+    if not items or not all(b.isdigit() for b in items):
+        raise argparse.ArgumentTypeError(f"must be comma-separated broker ids (non-negative integers), got {text!r}")
+    return [int(b) for b in items]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kplan_airflow.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default="demo-run", help="run folder (recreated)")
-    ap.add_argument("--brokers", default="1", help="brokers to drain, comma-separated")
+    ap.add_argument("--brokers", type=_broker_list, default=[1], metavar="IDS", help="brokers to drain, comma-separated")
     ap.add_argument("--keep", action="store_true", help="leave the sandbox running afterwards")
-    ap.add_argument("--throttle", type=int, default=200_000_000,
+    ap.add_argument("--throttle", type=_throttle, default=200_000_000, metavar="B",
                     help="replication throttle in bytes/s for the demo's apply (default 200 MB/s; the plan's "
                     "own suggestion, at least 10 MiB/s per batch, would copy the demo's 1.9 GiB in about 3 minutes)")
     ap.add_argument("--skip-risk", action="store_true",
                     help="mark the two Spark risk tasks successful without running them (~40 s less)")
-    ap.add_argument("--catch-up-delay", type=float, default=None,
+    ap.add_argument("--catch-up-delay", type=_seconds, default=None, metavar="S",
                     help="seconds a moved replica of the sandbox needs to join the ISR once copied (the demo "
                     "preset's 0.5; each of the apply's 37 batches waits it)")
     ap.add_argument("--run-dag", action="store_true", help=argparse.SUPPRESS)   # the child: see the docstring
     ap.add_argument("--since", type=float, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--sandbox-seconds", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    brokers = [int(b) for b in args.brokers.split(",") if b.strip()]
+    brokers = args.brokers
     root = Path(args.dir).absolute()
     if args.run_dag:
         return run_dag(root, brokers, args.throttle, args.skip_risk, args.since, args.sandbox_seconds)
