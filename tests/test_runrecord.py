@@ -6,12 +6,18 @@ and written back with nothing lost."""
 from __future__ import annotations
 
 import json
+import time
+from types import SimpleNamespace
 
 import pytest
 from apply_support import FINAL, MB, drain_desc, drain_plan, make_cluster, plan_hex, rf_of
 
 from planner import codec
+from planner.errors import NotConverged
 from planner.execution import runrecord as rr
+from planner.execution.rollcluster import Presence
+from planner.execution.rollrecord import RollOptions
+from planner.execution.rollsteps import BrokerSteps
 from planner.execution.runstate import Run, RunManager
 from planner.zkgate import WriteGate
 
@@ -159,6 +165,55 @@ def test_the_roll_record_moves_only_as_its_tables_allow():
     with pytest.raises(rr.IllegalTransition, match="completed -> running"):
         rl.move_state(rec, rl.RUNNING)
     assert rec == {"plan_id": "p", "state": rl.COMPLETED, "phase": rl.STEPS}
+
+
+class _RestartWait(BrokerSteps):
+    """BrokerSteps' wait for a broker's restart on its own: the broker as the roll's cluster reads it, one Presence
+    per read (the last repeated); saves are no-ops, the roll's lines are kept. (The same path on real brokers, a roll
+    killed in `restarting` and resumed, is tests/test_kraft_roll.py's; this is the case it does not reach: a step
+    resumed long after its restart, with no run of the roll having seen the broker leave.)"""
+
+    def __init__(self, backend: str, *seen: Presence):
+        self.cluster = SimpleNamespace(backend=backend, sleep=lambda: None)
+        self.opts = RollOptions(restart_timeout=30.0, poll=0.01)
+        self.seen, self.said = list(seen), []
+
+    def _registration(self, broker: int, watch: bool = False) -> Presence:
+        return self.seen.pop(0) if len(self.seen) > 1 else self.seen[0]
+
+    def _save(self, extra=None) -> None:
+        pass
+
+    def _event(self, text: str) -> None:
+        pass
+
+    def say(self, message: str, broker: int | None = None, state: str = "") -> None:
+        self.said.append(message)
+
+
+def test_a_restart_the_roll_did_not_see_is_told_apart_on_zookeeper_and_admitted_unknown_on_kraft():
+    an_hour_ago = time.time() - 3600        # the roll was killed in `restarting` and is run again an hour later
+    # ZooKeeper: the registration's czxid says it. Unchanged: it did not restart; replaced: it did, unseen.
+    step = {"broker": 2, "state": "restarting", "czxid": 7, "restart_at": an_hour_ago}
+    with pytest.raises(NotConverged, match=r"broker 2 did not restart within 30 s \(its registration is unchanged\)"):
+        _RestartWait("zookeeper", Presence(True, 7))._await_restart(step, "step 1/1")
+    _RestartWait("zookeeper", Presence(True, 9))._await_restart(step, "step 1/1")
+    assert step["state"] == "back"
+    # KRaft: registered and unfenced now, which it is whether or not it restarted meanwhile: no claim either way
+    step = {"broker": 2, "state": "restarting", "czxid": None, "restart_at": an_hour_ago}
+    with pytest.raises(NotConverged) as e:
+        _RestartWait("kraft", Presence(True))._await_restart(step, "step 1/1")
+    said = str(e.value)
+    assert "the roll cannot tell whether broker 2 restarted" in said and "registration is unchanged" not in said
+    assert "restarting it again is safe" in said, said
+    assert (step["state"], step.get("left_at")) == ("restarting", None)
+    # ... and what it says to do gets the step on: run again while broker 2 is down (it records that it left; the
+    # wait is long over, so it stops, saying so), then once it is started again
+    with pytest.raises(NotConverged, match="broker 2 left at .* and has not registered again within 30 s"):
+        _RestartWait("kraft", Presence(False))._await_restart(step, "step 1/1")
+    assert step["state"] == "restarting" and step["left_at"] > an_hour_ago
+    _RestartWait("kraft", Presence(True))._await_restart(step, "step 1/1")
+    assert step["state"] == "back"
 
 
 def test_a_refused_transaction_is_undone_in_memory_from_a_checkpoint():

@@ -214,10 +214,9 @@ class BrokerSteps:
         limit = float(st.get("restart_at") or rs.now()) + self.opts.restart_timeout
         while True:
             reg = self._registration(b, watch=True)
-            if not st.get("left_at") and self._left(st, reg):
-                st["left_at"] = rs.now()
-                self.say(f"{n}: broker {b} left ({self._where_left()})", b, "restarting")
-            elif reg.up and (reg.token != st["czxid"] if reg.token is not None else bool(st.get("left_at"))):
+            # back first: a ZooKeeper registration replaced while no roll watched (a run resumed after the wait)
+            # is the restart done, not a leaving to wait on, which past the wait would be reported as not back
+            if reg.up and (reg.token != st["czxid"] if reg.token is not None else bool(st.get("left_at"))):
                 st["back_at"] = rs.now()
                 st["left_at"] = st.get("left_at") or st["back_at"]
                 move_step(st, BACK)
@@ -225,6 +224,9 @@ class BrokerSteps:
                 self._save()
                 self.say(f"{n}: broker {b} registered again; waiting for its partitions to rejoin the ISRs", b, "back")
                 return
+            if not st.get("left_at") and self._left(st, reg):
+                st["left_at"] = rs.now()
+                self.say(f"{n}: broker {b} left ({self._where_left()})", b, "restarting")
             if time.time() <= limit and not self.opts.wait_restart:
                 raise Waiting(b, st.get("czxid"))
             if time.time() > limit:
@@ -233,6 +235,16 @@ class BrokerSteps:
                             f"{self.opts.restart_timeout:.0f} s. Its partitions are running without it (its "
                             "leadership was moved off; the temporary replicas hold min ISR). Start it, then run the "
                             "roll again: it waits for the registration and continues")
+                elif reg.token is None:
+                    # KRaft: a broker that restarted while no roll watched it looks as it did (the Admin API shows
+                    # no registration epoch; fenced and out of its ISRs are seen only while they last)
+                    what = (f"the roll cannot tell whether broker {b} restarted: on KRaft the Admin API shows no "
+                            "registration epoch, and no run of the roll saw it leave (fenced, or out of an ISR it "
+                            f"was in) within {self.opts.restart_timeout:.0f} s of {_hms(st.get('restart_at'))}. Its "
+                            "leadership is moved off and the temporary replicas are in place, so restarting it again "
+                            "is safe. The roll counts the restart once it sees the broker leave: stop broker "
+                            f"{b}, run the roll again while it is down (it records that it left), then start it and "
+                            "run the roll again")
                 else:
                     what = (f"broker {b} did not restart within {self.opts.restart_timeout:.0f} s (its registration "
                             "is unchanged). Its leadership is moved off, so restarting it now is safe; then run the "
