@@ -12,6 +12,9 @@ from disk_check import session_problem
 from planner import zk as zkmod
 from planner.zkserver import ZooKeeperServer
 
+# every test's timeout (pyproject.toml) gets a backstop for when the code under test cancels its SIGALRM
+pytest_plugins = ["timeout_backstop"]
+
 _counter = itertools.count()
 
 
