@@ -13,16 +13,18 @@ stops at once and shows where it hung, where before it waited until killed by ha
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
-import pytest_timeout
 
 BACKSTOP = 1.5   # x the test's timeout: past it, the signal timer has been cancelled or cannot interrupt
 _TIMER = pytest.StashKey[threading.Timer]()
 
 
 @pytest.hookimpl(optionalhook=True)   # optional: a run with plugin autoload off has no pytest-timeout hooks
-def pytest_timeout_set_timer(item: pytest.Item, settings: pytest_timeout.Settings) -> None:
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> None:
+    import pytest_timeout  # here, not at import: a venv made before pytest-timeout was pinned still collects
+
     if settings.method == "signal" and settings.timeout:
         timer = threading.Timer(BACKSTOP * settings.timeout, pytest_timeout.timeout_timer, (item, settings))
         timer.daemon = True
