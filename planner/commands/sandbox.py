@@ -35,6 +35,42 @@ TIMING_OPTIONS = [
 ]
 
 
+def _seconds(text: str) -> float:
+    """A timeout or interval (argparse's `type`, as the demo's flags): a finite number of seconds above zero, else one
+    line and exit 2 before the sandbox is touched. nan slipped past the old checks into a socket's timeout (a
+    traceback), inf overflowed it, a negative one stopped a broker and then failed, and 0 (`kill --timeout 0`)
+    quietly meant the default."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _scale(text: str) -> float:
+    """--data-scale: a finite factor, zero or more (nan and inf failed only after ZooKeeper had started)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number, zero or more, got {text!r}")
+    return value
+
+
+def _byte_count(text: str) -> int:
+    """--data-bytes: a whole number of bytes, zero or more (a negative cap was taken as a negative scale)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number of bytes, zero or more, got {text!r}")
+    return value
+
+
 def _add_dir(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dir", required=True, help="sandbox directory (holds sandbox.json, logs, ZooKeeper data)")
 
@@ -66,9 +102,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--kafka-version", default=None,
                     help="kafka / kraft engine: Apache Kafka version (default 3.9.2 / 4.1.1)")
     up.add_argument("--broker-heap-mb", type=int, default=256, help="kafka engine: heap of each broker JVM (256)")
-    up.add_argument("--data-bytes", type=int, default=None,
+    up.add_argument("--data-bytes", type=_byte_count, default=None, metavar="N",
                     help="kafka engine: cap on the bytes produced into the partitions (default 64 MiB)")
-    up.add_argument("--data-scale", type=float, default=None,
+    up.add_argument("--data-scale", type=_scale, default=None, metavar="X",
                     help="kafka engine: produce described sizes x this (instead of scaling under --data-bytes)")
     up.add_argument("--sasl", action="store_true",
                     help="kafka engine: also a SASL_PLAINTEXT listener (PLAIN, user kplan, a random password kept "
@@ -94,7 +130,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         a = actions.add_parser(name, help=text)
         _add_dir(a)
         a.add_argument("broker", nargs="+", help="broker ids (space or comma separated)")
-        a.add_argument("--timeout", type=float, help="seconds to wait for the controller to act")
+        a.add_argument("--timeout", type=_seconds, metavar="S", help="seconds to wait for the controller to act")
         a.set_defaults(func=_broker_action, action_name=name)
 
     mig = actions.add_parser("migrate", help="kafka engine: walk the ZooKeeper-to-KRaft migration forward (KIP-866)",
@@ -104,7 +140,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                              "finalized (the controller leaves ZooKeeper). docs/KAFKA_SANDBOX.md")
     _add_dir(mig)
     mig.add_argument("--to", required=True, choices=["pre-migration", "hybrid", "dual-write", "finalized"])
-    mig.add_argument("--timeout", type=float, default=180, help="seconds to wait for each phase (180)")
+    mig.add_argument("--timeout", type=_seconds, default=180, metavar="S", help="seconds to wait for each phase (180)")
     mig.add_argument("--brokers", help="with --to dual-write: only these brokers to KRaft mode, the others stay in "
                      "ZooKeeper mode (a rolling migration half way: still the hybrid phase)")
     mig.set_defaults(func=_migrate)
@@ -116,7 +152,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     wait = actions.add_parser("wait", help="wait until nothing is left to happen (elections, catch-ups)")
     _add_dir(wait)
-    wait.add_argument("--timeout", type=float, default=300)
+    wait.add_argument("--timeout", type=_seconds, default=300, metavar="S")
     wait.set_defaults(func=_wait)
 
     wl = actions.add_parser("workload", help="kafka engine: produce (acks=all, idempotent) and consume with "
@@ -130,9 +166,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     wl.add_argument("--rate", type=float, default=100.0, help="messages per second in all (100)")
     wl.add_argument("--size", type=int, default=200, help="bytes per message (200)")
     wl.add_argument("--duration", type=float, help="seconds to run (default: until Ctrl-C / SIGTERM)")
-    wl.add_argument("--delivery-timeout", type=float, default=30.0,
+    wl.add_argument("--delivery-timeout", type=_seconds, default=30.0, metavar="S",
                     help="seconds a message may wait for its acknowledgement before it counts as failed (30)")
-    wl.add_argument("--every", type=float, default=5.0, help="seconds between live lines (5)")
+    wl.add_argument("--every", type=_seconds, default=5.0, metavar="S", help="seconds between live lines (5)")
     wl.add_argument("--report", help="report file (default D/workload-<UTC time>.json); never replaced")
     wl.add_argument("--samples", action="store_true",
                     help="keep every acknowledged message's latency in the report (for percentiles over any window)")
@@ -333,8 +369,6 @@ def _workload(args: argparse.Namespace) -> int:
 
     if args.duration is not None and not args.duration > 0:
         raise BadInput(f"--duration must be a positive number of seconds, got {args.duration:g}")
-    if not args.every > 0:
-        raise BadInput(f"--every must be a positive number of seconds, got {args.every:g}")
     topics = [t.strip() for t in args.topics.split(",") if t.strip()] if args.topics is not None else None
     if not args.verbose:
         # the client logs every lost connection and expired batch; the live line and the report count them
