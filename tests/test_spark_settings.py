@@ -66,3 +66,46 @@ def test_the_driver_maps_a_class_archive_once_there_is_one(tmp_path, monkeypatch
         assert "-Xlog:cds*=off" in opts   # an archive that does not fit is skipped silently
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "another-jvm"))   # another JVM: another archive (or none)
     assert settings.class_archive() != archive
+
+
+def test_saving_an_archive_evicts_the_least_recently_used_not_the_oldest(tmp_path, monkeypatch):
+    """Several checkouts share ~/.cache/kplan/spark-cds: one whose archive was made long ago but mapped just now
+    keeps it when another checkout saves its own and the folder is full; the one used longest ago goes. The dump
+    is a stand-in `jcmd` (a shell script writing the file): no Spark, no JVM."""
+    import os
+    import types
+
+    from pyspark import SparkContext
+
+    from planner.spark import session
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cds = tmp_path / "cache" / "kplan" / "spark-cds"
+    cds.mkdir(parents=True)
+    keep = settings.KEEP_ARCHIVES
+    made = [cds / f"driver-{i:016x}.jsa" for i in range(keep)]   # a full folder, made a day apart, oldest first
+    for age, archive in zip(range(keep, 0, -1), made, strict=True):
+        archive.write_bytes(b"archive")
+        archive.chmod(0o444)                   # as the JVM writes them
+        t = 1_700_000_000 - age * 86_400
+        os.utime(archive, (t, t))
+    assert f"-XX:SharedArchiveFile={made[0]}" in settings.java_options(made[0])   # the oldest is mapped: used now
+
+    jdk = tmp_path / "jdk" / "bin"
+    jdk.mkdir(parents=True)
+    (jdk / "java").write_text("")
+    (jdk / "jcmd").write_text('#!/bin/sh\n[ "$2 $3" = "VM.cds dynamic_dump" ] && printf dump > "$4"\n')
+    (jdk / "jcmd").chmod(0o755)
+    new = cds / "driver-ffffffffffffffff.jsa"
+    monkeypatch.setattr(session, "java", lambda: jdk / "java")
+    monkeypatch.setattr(session, "class_archive", lambda: new)
+    monkeypatch.setattr(SparkContext, "_gateway", types.SimpleNamespace(
+        proc=types.SimpleNamespace(pid=os.getpid(), poll=lambda: None)), raising=False)
+    conf = types.SimpleNamespace(get=lambda key, default="": "-XX:+RecordDynamicDumpInfo")
+    spark = types.SimpleNamespace(sparkContext=types.SimpleNamespace(getConf=lambda: conf))
+    session.save_class_archive(spark)
+
+    assert new.read_bytes() == b"dump"
+    left = sorted(p.name for p in cds.iterdir())
+    assert made[1].name not in left                                   # the least recently used went
+    assert left == sorted([made[0].name, *(p.name for p in made[2:]), new.name])   # the one used now stayed

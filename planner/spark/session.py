@@ -172,8 +172,8 @@ def save_class_archive(spark: Any) -> None:
     """Have the driver JVM this process launched write the class-data sharing archive of the classes it loaded
     (`jcmd PID VM.cds dynamic_dump`, JDK 17+), for the next runs to map (planner.spark.settings.java_options).
     Once per JVM, Spark installation and options, after a job that completed; the archive appears whole or
-    not at all, and only the newest KEEP_ARCHIVES stay. Anything that fails here only costs the next run its
-    head start."""
+    not at all, and only the KEEP_ARCHIVES most recently used stay (java_options refreshes the mtime of the one it
+    maps). Anything that fails here only costs the next run its head start."""
     archive = class_archive()
     proc = getattr(SparkContext._gateway, "proc", None)
     jvm = java()
