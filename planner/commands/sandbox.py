@@ -35,29 +35,28 @@ TIMING_OPTIONS = [
 ]
 
 
-def _seconds(text: str) -> float:
-    """A timeout or interval (argparse's `type`, as the demo's flags): a finite number of seconds above zero, else one
-    line and exit 2 before the sandbox is touched. nan slipped past the old checks into a socket's timeout (a
-    traceback), inf overflowed it, a negative one stopped a broker and then failed, and 0 (`kill --timeout 0`)
-    quietly meant the default."""
+def _number(text: str, positive: bool, what: str) -> float:
+    """A finite number (argparse's `type`, as the demo's flags), above zero or zero or more, else one line and exit 2
+    before the sandbox is touched."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
     return value
+
+
+def _seconds(text: str) -> float:
+    """A timeout or interval: seconds above zero. nan slipped past the old checks into a socket's timeout (a
+    traceback), inf overflowed it, a negative one stopped a broker and then failed, and 0 (`kill --timeout 0`)
+    quietly meant the default."""
+    return _number(text, True, "a positive number of seconds")
 
 
 def _scale(text: str) -> float:
     """--data-scale: a finite factor, zero or more (nan and inf failed only after ZooKeeper had started)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a number, zero or more, got {text!r}")
-    return value
+    return _number(text, False, "a number, zero or more")
 
 
 def _byte_count(text: str) -> int:
