@@ -48,30 +48,49 @@ sys.path.insert(0, str(HERE))
 GiB = 1024 ** 3
 
 
+# How often the sampler looks (seconds). It shares the 2 cores with the job it measures: sampling every 50 ms,
+# with the process list rescanned and every process's smaps_rollup read each time, cost 3.4-3.6 s of CPU in a
+# 14.5 s run at 200k partitions (issue 22, session 11), inflating the walls it reported by 1-2 s.
+TICK_S = 0.1          # RSS and CPU of the known processes (/proc/PID/statm, stat: cheap)
+TREE_S = 0.5          # the process tree rescanned (psutil walks every pid on the machine)
+PSS_S = 0.25          # /proc/PID/smaps_rollup (the kernel walks the process's page tables)
+THREADS_S = 1.0       # the JVM's threads (/proc/PID/task/*/stat)
+
+
 def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> dict:
     """Run cmd; wall time, peak memory (RSS of the java processes; PSS of the whole process tree, so pages
-    shared between processes count once) and the JVMs' CPU, sampled every 50 ms."""
+    shared between processes count once) and the JVMs' CPU, sampled lightly (TICK_S ... THREADS_S)."""
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = {"java": 0, "tree": 0}
     cpu: dict[int, float] = {}  # last seen user+system CPU seconds of each java process (/proc/PID/stat)
     py: dict[int, float] = {}   # the same for the other processes (the Python driver)
-    threads: dict[int, tuple[str, float]] = {}   # JVM thread id -> (name, CPU seconds), every 0.5 s
-    last = [0.0]
+    threads: dict[int, tuple[str, float]] = {}   # JVM thread id -> (name, CPU seconds), every THREADS_S
     done = threading.Event()
 
     def sample() -> None:
         root = psutil.Process(proc.pid)
+        procs: list[psutil.Process] = []
+        last = {"tree": -1e9, "pss": -1e9, "threads": -1e9}
+        tree = 0
         while not done.is_set():
-            try:
-                procs = [root, *root.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                break
-            java = tree = 0
+            now = time.monotonic()
+            if now - last["tree"] >= TREE_S:
+                last["tree"] = now
+                try:
+                    procs = [root, *root.children(recursive=True)]
+                except psutil.NoSuchProcess:
+                    break
+            with_pss = now - last["pss"] >= PSS_S
+            if with_pss:
+                last["pss"] = now
+                tree = 0
+            java = 0
             for p in procs:
                 try:
                     rss = p.memory_info().rss
-                    tree += pss(p.pid)
+                    if with_pss:
+                        tree += pss(p.pid)
                     t = p.cpu_times()
                     if "java" in p.name():
                         java += rss
@@ -82,11 +101,11 @@ def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> dic
                     pass
             peak["java"] = max(peak["java"], java)
             peak["tree"] = max(peak["tree"], tree)
-            if time.monotonic() - last[0] >= 0.5:
-                last[0] = time.monotonic()
+            if now - last["threads"] >= THREADS_S:
+                last["threads"] = now
                 for pid in cpu:
                     threads.update(jvm_threads(pid))
-            done.wait(0.05)
+            done.wait(TICK_S)
 
     t = threading.Thread(target=sample, daemon=True)
     t.start()
