@@ -248,15 +248,6 @@ WORST_COLUMNS = ["scenario_id", "topic", "partition", "replicas", "leader", "isr
                  "severity", *rm.OUTCOMES, "leader_changes", "shutdown_blocked_by", "clean_return", "isr_alternatives"]
 
 
-def _part_files(rows_path: Path | str) -> list[Path]:
-    """partitions.parquet's data files: the file itself, or a Spark folder's part files ('_' and '.' files are
-    not data), in name order."""
-    path = Path(rows_path)
-    if path.is_file():
-        return [path]
-    return sorted(f for f in path.iterdir() if f.is_file() and not f.name.startswith(("_", ".")))
-
-
 _ORDER = ["scenario_id", "severity", "topic", "partition"]
 
 
@@ -273,10 +264,10 @@ def worst_partitions(rows_path: Path | str, severities: dict[int, list[int]], sc
     for sid in scenario_ids:
         hist = severities.get(sid, [0, 0, 0, 0])  # rows with severity 1..4
         floors.setdefault(next((lvl for lvl in (4, 3, 2, 1) if sum(hist[lvl - 1:]) >= k), 1), []).append(sid)
-    files = _part_files(rows_path)
-    schema = pq.read_schema(files[0]) if files else None
-    if not floors or schema is None:
-        return (schema or rows_dataset(rows_path).schema).empty_table().select(WORST_COLUMNS)
+    data = rows_dataset(rows_path)   # its files: the part files of Spark's folder (or the one file)
+    files, schema = data.files, data.schema
+    if not floors or not files:
+        return schema.empty_table().select(WORST_COLUMNS)
     floor_of = np.full(max(scenario_ids) + 1, 127, np.int64)   # severity never reaches 127: not listed
     for t, ids in floors.items():
         floor_of[ids] = t
