@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="replication throttle in bytes/s for the demo's apply (default 200 MB/s; the plan's "
                     "own suggestion, at least 10 MiB/s per batch, would copy the demo's 1.9 GiB in about 3 minutes)")
     ap.add_argument("--skip-risk", action="store_true",
-                    help="mark the two Spark risk tasks successful without running them (~40 s less)")
+                    help="mark the two Spark risk tasks successful without running them (their ~30-50 s)")
     ap.add_argument("--catch-up-delay", type=_seconds, default=None, metavar="S",
                     help="seconds a moved replica of the sandbox needs to join the ISR once copied (the demo "
                     "preset's 0.5; each of the apply's 37 batches waits it)")
